@@ -1,0 +1,171 @@
+/*
+ * libnnp — ANI neural-network potentials for many molecules at once.
+ *
+ * The engine-agnostic core of openmm-nnp: model files, evaluation of energies, per-batch
+ * energies and forces. Pure C11; no OpenMM dependency.
+ *
+ * Conventions
+ *  - Every function that can fail returns an nnp_status. On failure it leaves its outputs
+ *    untouched and stores a message, readable with nnp_last_error() on the same thread.
+ *  - Units. Model files are in the ANI convention (Å, Hartree). The evaluation works in the
+ *    units chosen for the plan with nnp_plan_set_units():
+ *      NNP_UNITS_ANGSTROM_HARTREE (default): positions and box in Å, energies in Hartree,
+ *                                            forces in Hartree/Å;
+ *      NNP_UNITS_NM_KJMOL:                   positions and box in nm, energies in kJ/mol,
+ *                                            forces in kJ/mol/nm (OpenMM's units).
+ *    Hartree→kJ/mol is NNP_HARTREE_TO_KJMOL (TorchANI's constant).
+ *  - Forces are −dE/dr (not gradients).
+ *  - Thread safety: a loaded model is immutable and may be shared by any number of plans and
+ *    threads. A plan must be used by one thread at a time. A model must outlive its plans.
+ */
+#ifndef NNP_H
+#define NNP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define NNP_API __declspec(dllexport)
+#else
+#define NNP_API __attribute__((visibility("default")))
+#endif
+
+#define NNP_VERSION_MAJOR 0
+#define NNP_VERSION_MINOR 1
+#define NNP_VERSION_PATCH 0
+
+/** Hartree → kJ/mol (TorchANI's constant). */
+#define NNP_HARTREE_TO_KJMOL 2625.4996387552483
+/** Hartree → kcal/mol (TorchANI's constant). */
+#define NNP_HARTREE_TO_KCALMOL 627.5094738898777
+
+typedef enum nnp_status {
+    NNP_OK = 0,
+    NNP_ERR_INVALID_ARGUMENT = 1, /**< NULL pointer, negative count, out-of-range index */
+    NNP_ERR_IO = 2,               /**< a file cannot be opened, read or written */
+    NNP_ERR_FORMAT = 3,           /**< a model file is corrupt, truncated or inconsistent */
+    NNP_ERR_ELEMENT = 4,          /**< an element the model does not cover */
+    NNP_ERR_BATCH = 5,            /**< a negative batch index */
+    NNP_ERR_NONFINITE = 6,        /**< NaN or infinite coordinates or box */
+    NNP_ERR_BOX = 7,              /**< a periodic box that is not valid or too small */
+    NNP_ERR_MEMORY = 8,           /**< out of memory */
+    NNP_ERR_STATE = 9,            /**< call not valid in the object's current state */
+    NNP_ERR_CUDA = 10,            /**< a CUDA call failed */
+    NNP_ERR_CAPTURE = 11,         /**< not allowed while a CUDA stream is being captured */
+    NNP_ERR_UNSUPPORTED = 12      /**< feature not built into this library */
+} nnp_status;
+
+typedef enum nnp_units {
+    NNP_UNITS_ANGSTROM_HARTREE = 0,
+    NNP_UNITS_NM_KJMOL = 1
+} nnp_units;
+
+typedef struct nnp_model nnp_model;
+typedef struct nnp_plan nnp_plan;
+
+/* ---------------------------------------------------------------- library */
+
+/** Version string "major.minor.patch". */
+NNP_API const char* nnp_version(void);
+/** Short name of a status code ("NNP_ERR_FORMAT", ...). */
+NNP_API const char* nnp_status_name(nnp_status status);
+/** Message of the last failed call on this thread ("" if none). Valid until the next call. */
+NNP_API const char* nnp_last_error(void);
+/** Frees memory returned by the library (buffers from nnp_model_save_buffer, nnp_xyz_read). */
+NNP_API void nnp_free(void* ptr);
+
+/* ---------------------------------------------------------------- models */
+
+/**
+ * Loads a model: the project's own single-file format (detected by its magic bytes) or the
+ * NeuroChem layout of the ANI model zoo, given by its `<name>.info` file.
+ */
+NNP_API nnp_status nnp_model_load(const char* path, nnp_model** model);
+/** Loads the NeuroChem layout from `<name>.info`. Every size is checked against the files. */
+NNP_API nnp_status nnp_model_load_neurochem(const char* info_path, nnp_model** model);
+/** Loads the project's own format from memory (as written by nnp_model_save_buffer). */
+NNP_API nnp_status nnp_model_load_buffer(const void* data, size_t size, nnp_model** model);
+/** Writes the project's own format (versioned, CRC-32 checked) to a file. */
+NNP_API nnp_status nnp_model_save(const nnp_model* model, const char* path);
+/** Writes the project's own format to a new buffer; free it with nnp_free(). */
+NNP_API nnp_status nnp_model_save_buffer(const nnp_model* model, void** data, size_t* size);
+NNP_API void nnp_model_free(nnp_model* model);
+
+/** Name of the model (e.g. "ani-2x_8x"). */
+NNP_API const char* nnp_model_name(const nnp_model* model);
+/** Number of ensemble members (0 for NULL). */
+NNP_API int32_t nnp_model_num_members(const nnp_model* model);
+/** Number of elements the model covers (0 for NULL). */
+NNP_API int32_t nnp_model_num_elements(const nnp_model* model);
+/** Atomic number of the model's i-th element, or -1 if out of range. */
+NNP_API int32_t nnp_model_element(const nnp_model* model, int32_t index);
+/** Self energy of an element in Hartree; NNP_ERR_ELEMENT if the model lacks it. */
+NNP_API nnp_status nnp_model_self_energy(const nnp_model* model, int32_t atomic_number,
+                                         double* hartree);
+/** Radial cutoff in Å (the interaction range), or 0 for NULL. */
+NNP_API double nnp_model_cutoff(const nnp_model* model);
+/** Length of the atomic environment vector (network input size), or 0 for NULL. */
+NNP_API int32_t nnp_model_aev_length(const nnp_model* model);
+
+/* ---------------------------------------------------------------- plans */
+
+/**
+ * A plan holds the atoms of one evaluation: an element and a batch index per atom. Atoms of
+ * different batches never interact. The batch count (max batch + 1) is computed and cached
+ * when the atoms are set; batches without atoms have energy 0.
+ */
+NNP_API nnp_status nnp_plan_create(const nnp_model* model, nnp_plan** plan);
+NNP_API void nnp_plan_free(nnp_plan* plan);
+/**
+ * Sets the atoms. atomic_numbers and batches have n_atoms entries each; every element must be
+ * one of the model's and every batch ≥ 0. n_atoms may be 0.
+ */
+NNP_API nnp_status nnp_plan_set_atoms(nnp_plan* plan, int32_t n_atoms,
+                                      const int32_t* atomic_numbers, const int32_t* batches);
+NNP_API int32_t nnp_plan_num_atoms(const nnp_plan* plan);
+/** Cached batch count (max batch index + 1, 0 without atoms), or -1 for NULL. */
+NNP_API int32_t nnp_plan_num_batches(const nnp_plan* plan);
+/** Ensemble member to evaluate: -1 (default) for the ensemble mean, else 0..members-1. */
+NNP_API nnp_status nnp_plan_set_member(nnp_plan* plan, int32_t member);
+NNP_API int32_t nnp_plan_member(const nnp_plan* plan);
+/** Units of positions, box, energies and forces (default NNP_UNITS_ANGSTROM_HARTREE). */
+NNP_API nnp_status nnp_plan_set_units(nnp_plan* plan, nnp_units units);
+
+/**
+ * CPU evaluation in double precision.
+ *
+ * positions       n_atoms × 3, in the plan's length unit.
+ * box             NULL for no periodicity, else 9 values: the box vectors a, b, c (row by row)
+ *                 in OpenMM's reduced form (a = (ax,0,0), b = (bx,by,0), c = (cx,cy,cz),
+ *                 |bx|,|cx| ≤ ax/2, |cy| ≤ by/2); minimum image is applied, and each of
+ *                 ax, by, cz must be at least twice the model's cutoff.
+ * energy          NULL or the total energy (sum of the batch energies).
+ * batch_energies  NULL or nnp_plan_num_batches() values: each batch's energy, the sum of its
+ *                 atoms' network energies and self energies.
+ * forces          NULL or n_atoms × 3: −dE/dr. Skipping forces skips the backward pass.
+ */
+NNP_API nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const double* box,
+                                    double* energy, double* batch_energies, double* forces);
+
+/* ---------------------------------------------------------------- XYZ files */
+
+/**
+ * Reads an XYZ file (plain or extended with Lattice="..."). Returns newly allocated arrays
+ * (free with nnp_free): atomic numbers (n_atoms) and positions in Å (n_atoms × 3). If box is
+ * not NULL it receives 9 values (Å) and *has_box says whether the file gave a lattice.
+ */
+NNP_API nnp_status nnp_xyz_read(const char* path, int32_t* n_atoms, int32_t** atomic_numbers,
+                                double** positions, double* box, int* has_box);
+/** Atomic number of an element symbol ("C", "Cl"), or -1 if unknown. */
+NNP_API int32_t nnp_element_from_symbol(const char* symbol);
+/** Symbol of an atomic number, or NULL if unknown. */
+NNP_API const char* nnp_element_symbol(int32_t atomic_number);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NNP_H */

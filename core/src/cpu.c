@@ -1,0 +1,436 @@
+/*
+ * CPU evaluation in double precision: the readable specification of the maths.
+ *
+ * For atom i of element s_i, with neighbours j in the same batch (r_ij = r_j − r_i, d_ij = |r_ij|):
+ *   fc(d)      = ½ cos(π d / Rc) + ½  for d ≤ Rc, else 0
+ *   radial     G[s_j, η, μ]       += ¼ exp(−η (d_ij − μ)²) fc_Rcr(d_ij)
+ *   angular    G[s_j s_k, η, ζ, μ, θs] += 2 ((1 + cos(θ_ijk − θs)) / 2)^ζ
+ *                                          · exp(−η ((d_ij + d_ik)/2 − μ)²) fc_Rca(d_ij) fc_Rca(d_ik)
+ *              for each unordered neighbour pair j < k, θ_ijk = acos(0.95 cos∠(r_ij, r_ik))
+ * (TorchANI's AEV, including its 0.95 factor inside acos and its term ordering.)
+ * Atomic energy e_i = network_{s_i}(G_i) (layers W x + b, CELU(α=0.1) on hidden layers),
+ * averaged over the ensemble (or one member). Batch energy E_b = Σ_{i∈b} (e_i + self_energy(s_i)).
+ * Forces are the analytic −dE/dr: network backprop to dE/dG, then the AEV derivatives.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NNP_PI 3.14159265358979323846
+#define CHUNK 32 /* atoms of one element pushed through a network together (weights stay in cache) */
+
+typedef struct neighbor {
+    int32_t j;
+    double r[3]; /* r_j − r_i, Å (minimum image when periodic) */
+    double d;
+} neighbor;
+
+typedef struct neighbor_list {
+    int32_t* start; /* n_atoms + 1 */
+    neighbor* items;
+} neighbor_list;
+
+static double cutoff_fn(double d, double rc) { return 0.5 * cos(NNP_PI * d / rc) + 0.5; }
+static double cutoff_deriv(double d, double rc) { return -0.5 * NNP_PI / rc * sin(NNP_PI * d / rc); }
+
+/* ------------------------------------------------------------------ input checks */
+
+static nnp_status check_box(const double* box, double cutoff, double to_angstrom) {
+    for (int k = 0; k < 9; k++)
+        if (!isfinite(box[k])) return nnp_fail(NNP_ERR_NONFINITE, "box vector component %d is not finite", k);
+    if (box[1] != 0 || box[2] != 0 || box[5] != 0)
+        return nnp_fail(NNP_ERR_BOX, "box must be in reduced form: a = (ax,0,0), b = (bx,by,0), c = (cx,cy,cz)");
+    double ax = box[0], by = box[4], cz = box[8];
+    if (!(ax > 0 && by > 0 && cz > 0)) return nnp_fail(NNP_ERR_BOX, "box has a non-positive width");
+    if (fabs(box[3]) > 0.5 * ax * (1 + 1e-6) || fabs(box[6]) > 0.5 * ax * (1 + 1e-6) ||
+        fabs(box[7]) > 0.5 * by * (1 + 1e-6))
+        return nnp_fail(NNP_ERR_BOX, "box is not reduced: need |bx|, |cx| <= ax/2 and |cy| <= by/2");
+    double min_width = fmin(ax, fmin(by, cz)) * to_angstrom;
+    if (min_width < 2 * cutoff)
+        return nnp_fail(NNP_ERR_BOX, "periodic box width %g Å is smaller than twice the model's cutoff "
+                        "(2 × %g Å); minimum image would miss interactions", min_width, cutoff);
+    return NNP_OK;
+}
+
+/* r_j − r_i in Å with minimum image (box in Å, reduced form) or none (box == NULL). */
+static void displacement(const double* ri, const double* rj, const double* box, double out[3]) {
+    double r[3] = {rj[0] - ri[0], rj[1] - ri[1], rj[2] - ri[2]};
+    if (box != NULL) {
+        double s = round(r[2] / box[8]);
+        r[0] -= s * box[6], r[1] -= s * box[7], r[2] -= s * box[8];
+        s = round(r[1] / box[4]);
+        r[0] -= s * box[3], r[1] -= s * box[4];
+        s = round(r[0] / box[0]);
+        r[0] -= s * box[0];
+    }
+    memcpy(out, r, sizeof r);
+}
+
+/* ------------------------------------------------------------------ neighbours */
+
+/* All pairs within Rcr in the same batch. Each atom's neighbours are in increasing index order,
+   so a batch's result does not depend on the other batches. */
+static nnp_status build_neighbors(const nnp_plan* plan, const double* pos, const double* box,
+                                  neighbor_list* out) {
+    const double rc2 = plan->model->aev.Rcr * plan->model->aev.Rcr;
+    int32_t n = plan->n_atoms;
+    size_t cap = 1024, count = 0;
+    int32_t(*pairs)[2] = malloc(cap * sizeof *pairs);
+    int32_t* start = calloc((size_t)n + 1, sizeof *start);
+    if (pairs == NULL || start == NULL) {
+        free(pairs), free(start);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory for the neighbour list");
+    }
+    for (int32_t b = 0; b < plan->n_batches; b++) {
+        for (int32_t p = plan->batch_start[b]; p < plan->batch_start[b + 1]; p++) {
+            int32_t i = plan->order[p];
+            for (int32_t q = p + 1; q < plan->batch_start[b + 1]; q++) {
+                int32_t j = plan->order[q];
+                double r[3];
+                displacement(&pos[3 * i], &pos[3 * j], box, r);
+                double d2 = r[0] * r[0] + r[1] * r[1] + r[2] * r[2];
+                if (d2 > rc2) continue;
+                if (d2 == 0) {
+                    free(pairs), free(start);
+                    return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "atoms %d and %d of batch %d are at the same "
+                                    "position", i, j, b);
+                }
+                if (count == cap) {
+                    cap *= 2;
+                    void* grown = realloc(pairs, cap * sizeof *pairs);
+                    if (grown == NULL) {
+                        free(pairs), free(start);
+                        return nnp_fail(NNP_ERR_MEMORY, "out of memory for the neighbour list");
+                    }
+                    pairs = grown;
+                }
+                pairs[count][0] = i;
+                pairs[count][1] = j;
+                count++;
+                start[i + 1]++;
+                start[j + 1]++;
+            }
+        }
+    }
+    for (int32_t i = 0; i < n; i++) start[i + 1] += start[i];
+    neighbor* items = malloc((2 * count + 1) * sizeof *items);
+    int32_t* fill = malloc(((size_t)n + 1) * sizeof *fill);
+    if (items == NULL || fill == NULL) {
+        free(pairs), free(start), free(items), free(fill);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory for the neighbour list");
+    }
+    memcpy(fill, start, (size_t)n * sizeof *fill);
+    /* Pairs come ordered by (i, j) with i < j in index order within a batch, so filling in pair
+       order lists each atom's neighbours in increasing index order. */
+    for (size_t k = 0; k < count; k++) {
+        int32_t i = pairs[k][0], j = pairs[k][1];
+        neighbor* a = &items[fill[i]++];
+        neighbor* c = &items[fill[j]++];
+        a->j = j;
+        displacement(&pos[3 * i], &pos[3 * j], box, a->r);
+        a->d = sqrt(a->r[0] * a->r[0] + a->r[1] * a->r[1] + a->r[2] * a->r[2]);
+        c->j = i;
+        displacement(&pos[3 * j], &pos[3 * i], box, c->r);
+        c->d = sqrt(c->r[0] * c->r[0] + c->r[1] * c->r[1] + c->r[2] * c->r[2]);
+    }
+    free(pairs);
+    free(fill);
+    out->start = start;
+    out->items = items;
+    return NNP_OK;
+}
+
+/* ------------------------------------------------------------------ AEV */
+
+/* AEV of atom i: aev has model->aev_length entries, zeroed by the caller. */
+static void compute_aev(const nnp_model* model, const nnp_plan* plan, const neighbor_list* nl,
+                        int32_t i, double* aev) {
+    const nnp_aev_params* p = &model->aev;
+    const neighbor* nb = &nl->items[nl->start[i]];
+    int32_t nn = nl->start[i + 1] - nl->start[i];
+    for (int32_t a = 0; a < nn; a++) {
+        double d = nb[a].d, fc = cutoff_fn(d, p->Rcr);
+        double* out = aev + plan->elements[nb[a].j] * model->radial_sub;
+        for (int32_t e = 0; e < p->nEtaR; e++)
+            for (int32_t s = 0; s < p->nShfR; s++) {
+                double x = d - p->ShfR[s];
+                out[e * p->nShfR + s] += 0.25 * exp(-p->EtaR[e] * x * x) * fc;
+            }
+    }
+    for (int32_t a = 0; a < nn; a++) {
+        if (nb[a].d > p->Rca) continue;
+        for (int32_t b = a + 1; b < nn; b++) {
+            if (nb[b].d > p->Rca) continue;
+            const double *u = nb[a].r, *v = nb[b].r;
+            double dj = nb[a].d, dk = nb[b].d;
+            double c = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) / fmax(dj * dk, 1e-10);
+            double theta = acos(0.95 * c);
+            double fcjk = cutoff_fn(dj, p->Rca) * cutoff_fn(dk, p->Rca);
+            double avg = 0.5 * (dj + dk);
+            double* out = aev + model->radial_length +
+                          model->pair_index[plan->elements[nb[a].j]][plan->elements[nb[b].j]] * model->angular_sub;
+            int32_t t = 0;
+            for (int32_t ea = 0; ea < p->nEtaA; ea++)
+                for (int32_t z = 0; z < p->nZeta; z++)
+                    for (int32_t sa = 0; sa < p->nShfA; sa++) {
+                        double x = avg - p->ShfA[sa];
+                        double f2 = exp(-p->EtaA[ea] * x * x);
+                        for (int32_t sz = 0; sz < p->nShfZ; sz++, t++) {
+                            double f1 = pow(0.5 * (1 + cos(theta - p->ShfZ[sz])), p->Zeta[z]);
+                            out[t] += 2 * f1 * f2 * fcjk;
+                        }
+                    }
+        }
+    }
+}
+
+/* Adds dE/dr of atom i's AEV, given g = dE/dAEV, to grad (n_atoms × 3, Hartree/Å). */
+static void aev_backward(const nnp_model* model, const nnp_plan* plan, const neighbor_list* nl,
+                         int32_t i, const double* g, double* grad) {
+    const nnp_aev_params* p = &model->aev;
+    const neighbor* nb = &nl->items[nl->start[i]];
+    int32_t nn = nl->start[i + 1] - nl->start[i];
+    for (int32_t a = 0; a < nn; a++) {
+        double d = nb[a].d, fc = cutoff_fn(d, p->Rcr), dfc = cutoff_deriv(d, p->Rcr);
+        const double* gr = g + plan->elements[nb[a].j] * model->radial_sub;
+        double s_d = 0; /* dE/dd */
+        for (int32_t e = 0; e < p->nEtaR; e++)
+            for (int32_t s = 0; s < p->nShfR; s++) {
+                double x = d - p->ShfR[s];
+                double ex = exp(-p->EtaR[e] * x * x);
+                s_d += gr[e * p->nShfR + s] * 0.25 * ex * (-2 * p->EtaR[e] * x * fc + dfc);
+            }
+        int32_t j = nb[a].j;
+        for (int k = 0; k < 3; k++) {
+            double f = s_d * nb[a].r[k] / d;
+            grad[3 * j + k] += f;
+            grad[3 * i + k] -= f;
+        }
+    }
+    for (int32_t a = 0; a < nn; a++) {
+        if (nb[a].d > p->Rca) continue;
+        for (int32_t b = a + 1; b < nn; b++) {
+            if (nb[b].d > p->Rca) continue;
+            const double *u = nb[a].r, *v = nb[b].r;
+            double dj = nb[a].d, dk = nb[b].d;
+            double denom = fmax(dj * dk, 1e-10);
+            double c = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) / denom;
+            double theta = acos(0.95 * c);
+            double fj = cutoff_fn(dj, p->Rca), fk = cutoff_fn(dk, p->Rca);
+            double dfj = cutoff_deriv(dj, p->Rca), dfk = cutoff_deriv(dk, p->Rca);
+            double avg = 0.5 * (dj + dk);
+            const double* ga = g + model->radial_length +
+                               model->pair_index[plan->elements[nb[a].j]][plan->elements[nb[b].j]] * model->angular_sub;
+            double s_theta = 0, s_dj = 0, s_dk = 0;
+            int32_t t = 0;
+            for (int32_t ea = 0; ea < p->nEtaA; ea++)
+                for (int32_t z = 0; z < p->nZeta; z++)
+                    for (int32_t sa = 0; sa < p->nShfA; sa++) {
+                        double x = avg - p->ShfA[sa];
+                        double f2 = exp(-p->EtaA[ea] * x * x);
+                        double df2 = f2 * (-2 * p->EtaA[ea] * x) * 0.5; /* d f2 / d dj = d f2 / d dk */
+                        for (int32_t sz = 0; sz < p->nShfZ; sz++, t++) {
+                            double base = 0.5 * (1 + cos(theta - p->ShfZ[sz]));
+                            double f1 = pow(base, p->Zeta[z]);
+                            double df1 = p->Zeta[z] * pow(base, p->Zeta[z] - 1) * (-0.5 * sin(theta - p->ShfZ[sz]));
+                            double w = ga[t];
+                            s_theta += w * 2 * df1 * f2 * fj * fk;
+                            s_dj += w * 2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
+                            s_dk += w * 2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
+                        }
+                    }
+            double s_c = s_theta * (-0.95 / sqrt(1 - 0.95 * c * 0.95 * c));
+            int32_t j = nb[a].j, k2 = nb[b].j;
+            for (int k = 0; k < 3; k++) {
+                double dc_du = v[k] / denom - c * u[k] / (dj * dj);
+                double dc_dv = u[k] / denom - c * v[k] / (dk * dk);
+                double gu = s_dj * u[k] / dj + s_c * dc_du;
+                double gv = s_dk * v[k] / dk + s_c * dc_dv;
+                grad[3 * j + k] += gu;
+                grad[3 * k2 + k] += gv;
+                grad[3 * i + k] -= gu + gv;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ networks */
+
+typedef struct workspace {
+    int32_t width;  /* widest layer or input */
+    double* act[NNP_MAX_LAYERS + 1]; /* act[0] = AEVs, act[l+1] = output of layer l; CHUNK × width */
+    double* pre[NNP_MAX_LAYERS];     /* pre-activations of layer l */
+    double* grad_a;                  /* CHUNK × width */
+    double* grad_b;
+    double* daev;                    /* CHUNK × width: dE/dAEV of the chunk, all members */
+} workspace;
+
+static double activate(int32_t kind, double z) {
+    if (kind == NNP_ACT_CELU) return z > 0 ? z : NNP_CELU_ALPHA * expm1(z / NNP_CELU_ALPHA);
+    return z;
+}
+
+static double activate_deriv(int32_t kind, double z) {
+    if (kind == NNP_ACT_CELU) return z > 0 ? 1 : exp(z / NNP_CELU_ALPHA);
+    return 1;
+}
+
+/* Forward pass of n atoms (AEVs in ws->act[0]); returns outputs in out[0..n). */
+static void network_forward(const nnp_network* net, workspace* ws, int32_t n, double* out) {
+    for (int32_t l = 0; l < net->n_layers; l++) {
+        const nnp_layer* layer = &net->layers[l];
+        const double* x = ws->act[l];
+        double* z = ws->pre[l];
+        double* y = ws->act[l + 1];
+        for (int32_t o = 0; o < layer->n_out; o++) {
+            const float* w = layer->weights + (size_t)o * layer->n_in;
+            for (int32_t a = 0; a < n; a++) {
+                const double* xa = x + (size_t)a * ws->width;
+                double sum = layer->biases[o];
+                for (int32_t k = 0; k < layer->n_in; k++) sum += (double)w[k] * xa[k];
+                z[(size_t)a * ws->width + o] = sum;
+                y[(size_t)a * ws->width + o] = activate(layer->activation, sum);
+            }
+        }
+    }
+    for (int32_t a = 0; a < n; a++) out[a] = ws->act[net->n_layers][(size_t)a * ws->width];
+}
+
+/* Backward pass after network_forward: adds scale · d(output)/d(AEV) to daev (n × aev width). */
+static void network_backward(const nnp_network* net, workspace* ws, int32_t n, double scale, double* daev) {
+    double* g = ws->grad_a; /* dE/d(output of layer l) */
+    double* h = ws->grad_b;
+    for (int32_t a = 0; a < n; a++) g[(size_t)a * ws->width] = scale;
+    for (int32_t l = net->n_layers - 1; l >= 0; l--) {
+        const nnp_layer* layer = &net->layers[l];
+        const double* z = ws->pre[l];
+        double* gin = l == 0 ? daev : h;
+        if (l > 0)
+            for (int32_t a = 0; a < n; a++) memset(gin + (size_t)a * ws->width, 0, (size_t)layer->n_in * sizeof(double));
+        for (int32_t o = 0; o < layer->n_out; o++) {
+            const float* w = layer->weights + (size_t)o * layer->n_in;
+            for (int32_t a = 0; a < n; a++) {
+                size_t at = (size_t)a * ws->width;
+                double delta = g[at + o] * activate_deriv(layer->activation, z[at + o]);
+                double* ga = gin + at;
+                for (int32_t k = 0; k < layer->n_in; k++) ga[k] += delta * (double)w[k];
+            }
+        }
+        double* t = g;
+        g = h;
+        h = t;
+    }
+}
+
+static void free_workspace(workspace* ws) {
+    for (int l = 0; l <= NNP_MAX_LAYERS; l++) free(ws->act[l]);
+    for (int l = 0; l < NNP_MAX_LAYERS; l++) free(ws->pre[l]);
+    free(ws->grad_a);
+    free(ws->grad_b);
+    free(ws->daev);
+}
+
+static nnp_status alloc_workspace(const nnp_model* model, workspace* ws) {
+    memset(ws, 0, sizeof *ws);
+    int32_t width = model->aev_length, layers = 0;
+    for (int32_t i = 0; i < model->n_members * model->n_elements; i++) {
+        const nnp_network* net = &model->networks[i];
+        if (net->n_layers > layers) layers = net->n_layers;
+        for (int32_t l = 0; l < net->n_layers; l++)
+            if (net->layers[l].n_out > width) width = net->layers[l].n_out;
+    }
+    ws->width = width;
+    size_t bytes = (size_t)CHUNK * (size_t)width * sizeof(double);
+    int ok = 1;
+    for (int32_t l = 0; l <= layers; l++) ok = ok && (ws->act[l] = malloc(bytes)) != NULL;
+    for (int32_t l = 0; l < layers; l++) ok = ok && (ws->pre[l] = malloc(bytes)) != NULL;
+    ok = ok && (ws->grad_a = malloc(bytes)) != NULL && (ws->grad_b = malloc(bytes)) != NULL &&
+         (ws->daev = malloc(bytes)) != NULL;
+    if (!ok) {
+        free_workspace(ws);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory for the network workspace");
+    }
+    return NNP_OK;
+}
+
+/* ------------------------------------------------------------------ evaluation */
+
+nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const double* box, double* energy,
+                            double* batch_energies, double* forces) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cpu: plan is NULL");
+    int32_t n = plan->n_atoms;
+    if (n > 0 && positions == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cpu: positions is NULL");
+    const nnp_model* model = plan->model;
+    const double to_angstrom = plan->units == NNP_UNITS_NM_KJMOL ? 10.0 : 1.0;
+    const double energy_unit = plan->units == NNP_UNITS_NM_KJMOL ? NNP_HARTREE_TO_KJMOL : 1.0;
+    for (int32_t i = 0; i < 3 * n; i++)
+        if (!isfinite(positions[i]))
+            return nnp_fail(NNP_ERR_NONFINITE, "coordinate %c of atom %d is %g", "xyz"[i % 3], i / 3, positions[i]);
+    double box_a[9];
+    if (box != NULL) {
+        nnp_status st = check_box(box, model->aev.Rcr, to_angstrom);
+        if (st != NNP_OK) return st;
+        for (int k = 0; k < 9; k++) box_a[k] = box[k] * to_angstrom;
+    }
+    double* pos = malloc(((size_t)3 * n + 1) * sizeof *pos);
+    double* atom_e = calloc((size_t)n + 1, sizeof *atom_e);
+    double* grad = forces ? calloc((size_t)3 * n + 1, sizeof *grad) : NULL;
+    int32_t* members = malloc(((size_t)n + 1) * sizeof *members);
+    double* per_batch = calloc((size_t)plan->n_batches + 1, sizeof *per_batch);
+    if (pos == NULL || atom_e == NULL || (forces && grad == NULL) || members == NULL || per_batch == NULL) {
+        free(pos), free(atom_e), free(grad), free(members), free(per_batch);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms", n);
+    }
+    for (int32_t i = 0; i < 3 * n; i++) pos[i] = positions[i] * to_angstrom;
+    neighbor_list nl = {0};
+    workspace ws;
+    nnp_status st = build_neighbors(plan, pos, box ? box_a : NULL, &nl);
+    if (st == NNP_OK) st = alloc_workspace(model, &ws);
+    if (st != NNP_OK) {
+        free(nl.start), free(nl.items);
+        free(pos), free(atom_e), free(grad), free(members), free(per_batch);
+        return st;
+    }
+    double* daev = ws.daev;
+    const int32_t m_first = plan->member < 0 ? 0 : plan->member;
+    const int32_t m_last = plan->member < 0 ? model->n_members : plan->member + 1;
+    const double scale = 1.0 / (m_last - m_first);
+    const size_t W = (size_t)ws.width, A = (size_t)model->aev_length;
+    double out[CHUNK];
+    for (int32_t e = 0; e < model->n_elements; e++) {
+        int32_t count = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (plan->elements[i] == e) members[count++] = i;
+        for (int32_t c0 = 0; c0 < count; c0 += CHUNK) {
+            int32_t c = count - c0 < CHUNK ? count - c0 : CHUNK;
+            for (int32_t a = 0; a < c; a++) {
+                memset(ws.act[0] + a * W, 0, A * sizeof(double));
+                compute_aev(model, plan, &nl, members[c0 + a], ws.act[0] + a * W);
+            }
+            if (forces) memset(daev, 0, (size_t)c * W * sizeof *daev);
+            for (int32_t m = m_first; m < m_last; m++) {
+                const nnp_network* net = &model->networks[m * model->n_elements + e];
+                network_forward(net, &ws, c, out);
+                for (int32_t a = 0; a < c; a++) atom_e[members[c0 + a]] += out[a] * scale;
+                if (forces) network_backward(net, &ws, c, scale, daev);
+            }
+            if (forces)
+                for (int32_t a = 0; a < c; a++) aev_backward(model, plan, &nl, members[c0 + a], daev + a * W, grad);
+        }
+    }
+    /* Per-batch reduction, in atom index order: E_b = Σ (e_i + self energy); E = Σ_b E_b. */
+    double total = 0;
+    for (int32_t i = 0; i < n; i++)
+        per_batch[plan->batches[i]] += (atom_e[i] + model->self_energies[plan->elements[i]]) * energy_unit;
+    for (int32_t b = 0; b < plan->n_batches; b++) total += per_batch[b];
+    if (batch_energies != NULL) memcpy(batch_energies, per_batch, (size_t)plan->n_batches * sizeof *per_batch);
+    if (energy != NULL) *energy = total;
+    if (forces != NULL)
+        for (int32_t i = 0; i < 3 * n; i++) forces[i] = -grad[i] * energy_unit * to_angstrom;
+    free_workspace(&ws);
+    free(nl.start), free(nl.items);
+    free(pos), free(atom_e), free(grad), free(members), free(per_batch);
+    return NNP_OK;
+}

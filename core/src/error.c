@@ -1,0 +1,109 @@
+/* Status codes, the thread-local last-error message, version, memory and element helpers. */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NNP_STR2(x) #x
+#define NNP_STR(x) NNP_STR2(x)
+
+static _Thread_local char last_error[1024];
+
+nnp_status nnp_fail(nnp_status status, const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, args);
+    va_end(args);
+    return status;
+}
+
+void nnp_clear_error(void) { last_error[0] = '\0'; }
+
+const char* nnp_last_error(void) { return last_error; }
+
+const char* nnp_version(void) {
+    return NNP_STR(NNP_VERSION_MAJOR) "." NNP_STR(NNP_VERSION_MINOR) "." NNP_STR(NNP_VERSION_PATCH);
+}
+
+const char* nnp_status_name(nnp_status status) {
+    switch (status) {
+    case NNP_OK: return "NNP_OK";
+    case NNP_ERR_INVALID_ARGUMENT: return "NNP_ERR_INVALID_ARGUMENT";
+    case NNP_ERR_IO: return "NNP_ERR_IO";
+    case NNP_ERR_FORMAT: return "NNP_ERR_FORMAT";
+    case NNP_ERR_ELEMENT: return "NNP_ERR_ELEMENT";
+    case NNP_ERR_BATCH: return "NNP_ERR_BATCH";
+    case NNP_ERR_NONFINITE: return "NNP_ERR_NONFINITE";
+    case NNP_ERR_BOX: return "NNP_ERR_BOX";
+    case NNP_ERR_MEMORY: return "NNP_ERR_MEMORY";
+    case NNP_ERR_STATE: return "NNP_ERR_STATE";
+    case NNP_ERR_CUDA: return "NNP_ERR_CUDA";
+    case NNP_ERR_CAPTURE: return "NNP_ERR_CAPTURE";
+    case NNP_ERR_UNSUPPORTED: return "NNP_ERR_UNSUPPORTED";
+    }
+    return "NNP_ERR_UNKNOWN";
+}
+
+void nnp_free(void* ptr) { free(ptr); }
+
+static const char* const element_symbols[] = {
+    NULL, "H",  "He", "Li", "Be", "B",  "C",  "N",  "O",  "F",  "Ne", "Na", "Mg", "Al", "Si",
+    "P",  "S",  "Cl", "Ar", "K",  "Ca", "Sc", "Ti", "V",  "Cr", "Mn", "Fe", "Co", "Ni", "Cu",
+    "Zn", "Ga", "Ge", "As", "Se", "Br", "Kr", "Rb", "Sr", "Y",  "Zr", "Nb", "Mo", "Tc", "Ru",
+    "Rh", "Pd", "Ag", "Cd", "In", "Sn", "Sb", "Te", "I",  "Xe"};
+#define NNP_NUM_SYMBOLS ((int32_t)(sizeof element_symbols / sizeof element_symbols[0]))
+
+int32_t nnp_element_from_symbol(const char* symbol) {
+    if (symbol == NULL) return -1;
+    for (int32_t z = 1; z < NNP_NUM_SYMBOLS; z++)
+        if (strcmp(symbol, element_symbols[z]) == 0) return z;
+    return -1;
+}
+
+const char* nnp_element_symbol(int32_t atomic_number) {
+    if (atomic_number < 1 || atomic_number >= NNP_NUM_SYMBOLS) return NULL;
+    return element_symbols[atomic_number];
+}
+
+nnp_status nnp_read_file(const char* path, size_t max_size, unsigned char** data, size_t* size) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return nnp_fail(NNP_ERR_IO, "cannot open '%s'", path);
+    size_t cap = 4096, len = 0;
+    unsigned char* buf = malloc(cap + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory reading '%s'", path);
+    }
+    for (;;) {
+        if (len == cap) {
+            if (cap >= max_size) {
+                free(buf);
+                fclose(f);
+                return nnp_fail(NNP_ERR_FORMAT, "'%s' is larger than %zu bytes", path, max_size);
+            }
+            cap = cap * 2 > max_size ? max_size : cap * 2;
+            unsigned char* grown = realloc(buf, cap + 1);
+            if (grown == NULL) {
+                free(buf);
+                fclose(f);
+                return nnp_fail(NNP_ERR_MEMORY, "out of memory reading '%s'", path);
+            }
+            buf = grown;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return nnp_fail(NNP_ERR_IO, "error reading '%s'", path);
+    }
+    buf[len] = '\0';
+    *data = buf;
+    *size = len;
+    return NNP_OK;
+}

@@ -1,0 +1,105 @@
+/* Internal declarations of libnnp; not part of the public API. */
+#ifndef NNP_INTERNAL_H
+#define NNP_INTERNAL_H
+
+#include "nnp.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NNP_MAX_ELEMENTS 16   /* elements per model */
+#define NNP_MAX_TERMS 64      /* entries of each AEV parameter list */
+#define NNP_MAX_LAYERS 16     /* layers per atomic network */
+#define NNP_MAX_MEMBERS 64    /* ensemble members */
+#define NNP_MAX_WIDTH 16384   /* neurons per layer, and AEV length */
+#define NNP_MAX_BATCHES (1 << 26)
+
+/* Activation codes of the NeuroChem files. */
+#define NNP_ACT_LINEAR 6
+#define NNP_ACT_CELU 9        /* CELU with alpha = 0.1 */
+#define NNP_CELU_ALPHA 0.1
+
+typedef struct nnp_layer {
+    int32_t n_in, n_out, activation;
+    float* weights; /* n_out × n_in, row-major (one row per output neuron) */
+    float* biases;  /* n_out */
+} nnp_layer;
+
+typedef struct nnp_network {
+    int32_t n_layers;
+    nnp_layer layers[NNP_MAX_LAYERS];
+} nnp_network;
+
+typedef struct nnp_aev_params {
+    double Rcr, Rca;
+    int32_t nEtaR, nShfR, nEtaA, nZeta, nShfA, nShfZ;
+    double EtaR[NNP_MAX_TERMS], ShfR[NNP_MAX_TERMS], EtaA[NNP_MAX_TERMS], Zeta[NNP_MAX_TERMS],
+        ShfA[NNP_MAX_TERMS], ShfZ[NNP_MAX_TERMS];
+} nnp_aev_params;
+
+struct nnp_model {
+    char name[64];
+    nnp_aev_params aev;
+    int32_t n_elements;
+    int32_t atomic_numbers[NNP_MAX_ELEMENTS];
+    double self_energies[NNP_MAX_ELEMENTS]; /* Hartree */
+    int32_t n_members;
+    nnp_network* networks; /* n_members × n_elements */
+    /* derived by nnp_model_finish */
+    int32_t radial_sub, angular_sub, radial_length, aev_length;
+    int32_t pair_index[NNP_MAX_ELEMENTS][NNP_MAX_ELEMENTS]; /* angular block of an element pair */
+};
+
+struct nnp_plan {
+    const nnp_model* model;
+    nnp_units units;
+    int32_t member;    /* -1: ensemble mean */
+    int32_t n_atoms;
+    int32_t n_batches; /* cached: max batch + 1 */
+    int32_t* atomic_numbers;
+    int32_t* elements; /* element index in the model, per atom */
+    int32_t* batches;
+    int32_t* order;       /* atoms sorted by batch, stable (index order within a batch) */
+    int32_t* batch_start; /* n_batches + 1 offsets into order */
+};
+
+/* Records a message for nnp_last_error() and returns status. printf-style. */
+nnp_status nnp_fail(nnp_status status, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void nnp_clear_error(void);
+
+/* Model helpers (model.c). */
+nnp_model* nnp_model_alloc(int32_t n_members, int32_t n_elements);
+/* Validates AEV parameters and fills the derived sizes; NNP_ERR_FORMAT on nonsense. */
+nnp_status nnp_model_finish(nnp_model* model);
+/* Element index of an atomic number in the model, or -1. */
+int32_t nnp_model_element_index(const nnp_model* model, int32_t atomic_number);
+/* Validates one network against the model's AEV length. */
+nnp_status nnp_network_check(const nnp_model* model, const nnp_network* net, const char* what);
+
+/* Parsers, exposed for the fuzzer (neurochem.c). */
+nnp_status nnp_parse_constants(const char* text, size_t size, nnp_model* model);
+/* Parses an .nnf file (text header, '=', bzip2 stream) into layer shapes and parameter file
+   names; weights are not loaded. */
+typedef struct nnp_nnf_layer {
+    int32_t nodes, activation, blocksize;
+    char wfile[128], bfile[128];
+    int64_t wcount, bcount;
+} nnp_nnf_layer;
+typedef struct nnp_nnf {
+    int32_t inputsize, n_layers;
+    char element[8];
+    nnp_nnf_layer layers[NNP_MAX_LAYERS];
+} nnp_nnf;
+nnp_status nnp_parse_nnf(const unsigned char* data, size_t size, nnp_nnf* out);
+
+/* Whether a buffer starts with the own format's magic bytes (nnpm.c). */
+int nnp_is_nnpm(const void* data, size_t size);
+
+/* File helper: reads a whole file (at most max_size bytes) into a new NUL-terminated buffer. */
+nnp_status nnp_read_file(const char* path, size_t max_size, unsigned char** data, size_t* size);
+
+#endif

@@ -1,0 +1,375 @@
+/*
+ * The project's own single-file model format (".nnpm"), version 1. All integers little-endian.
+ *
+ *   offset 0   8 bytes   magic "NNPMODEL"
+ *          8   u32       format version (1)
+ *         12   u64       payload size P
+ *         20   P bytes   payload
+ *       20+P   u32       CRC-32 (IEEE, as zlib) of bytes 0 .. 20+P-1
+ *
+ * Payload:
+ *   u32 name length, name bytes
+ *   f64 Rcr, f64 Rca (Å)
+ *   6 × (u32 n, n × f64): EtaR, ShfR, EtaA, Zeta, ShfA, ShfZ
+ *   u32 element count E; E × (u32 atomic number, f64 self energy in Hartree)
+ *   u32 member count M
+ *   M × E networks (member-major, elements in the order above), each:
+ *     u32 layer count L; L × (u32 inputs, u32 outputs, u32 activation,
+ *                             inputs × outputs f32 weights (row per output), outputs f32 biases)
+ * The payload must be consumed exactly. Readers reject other versions with a clear message.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NNPM_MAGIC "NNPMODEL"
+#define NNPM_VERSION 1u
+#define NNPM_HEADER 20u
+#define NNPM_MAX_SIZE ((uint64_t)1 << 32)
+
+static uint32_t crc32_update(uint32_t crc, const unsigned char* data, size_t n) {
+    static uint32_t table[256];
+    static int ready = 0; /* benign race: every thread writes the same values */
+    if (!ready) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+        ready = 1;
+    }
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) crc = table[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* ------------------------------------------------------------------ writer */
+
+typedef struct writer {
+    unsigned char* data;
+    size_t size, cap;
+    int failed;
+} writer;
+
+static void put_bytes(writer* w, const void* src, size_t n) {
+    if (w->failed) return;
+    if (w->size + n > w->cap) {
+        size_t cap = w->cap ? w->cap : 4096;
+        while (cap < w->size + n) cap *= 2;
+        unsigned char* grown = realloc(w->data, cap);
+        if (grown == NULL) {
+            w->failed = 1;
+            return;
+        }
+        w->data = grown;
+        w->cap = cap;
+    }
+    memcpy(w->data + w->size, src, n);
+    w->size += n;
+}
+
+static void put_u32(writer* w, uint32_t v) {
+    unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 24)};
+    put_bytes(w, b, 4);
+}
+
+static void put_u64(writer* w, uint64_t v) {
+    put_u32(w, (uint32_t)v);
+    put_u32(w, (uint32_t)(v >> 32));
+}
+
+static void put_f64(writer* w, double v) {
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    put_u64(w, bits);
+}
+
+static void put_f32s(writer* w, const float* v, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &v[i], 4);
+        put_u32(w, bits);
+    }
+}
+
+static void put_list(writer* w, const double* v, int32_t n) {
+    put_u32(w, (uint32_t)n);
+    for (int32_t i = 0; i < n; i++) put_f64(w, v[i]);
+}
+
+nnp_status nnp_model_save_buffer(const nnp_model* model, void** data, size_t* size) {
+    if (model == NULL || data == NULL || size == NULL)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_save_buffer: NULL argument");
+    writer w = {0};
+    put_bytes(&w, NNPM_MAGIC, 8);
+    put_u32(&w, NNPM_VERSION);
+    put_u64(&w, 0); /* payload size, patched below */
+    uint32_t name_len = (uint32_t)strlen(model->name);
+    put_u32(&w, name_len);
+    put_bytes(&w, model->name, name_len);
+    const nnp_aev_params* p = &model->aev;
+    put_f64(&w, p->Rcr);
+    put_f64(&w, p->Rca);
+    put_list(&w, p->EtaR, p->nEtaR);
+    put_list(&w, p->ShfR, p->nShfR);
+    put_list(&w, p->EtaA, p->nEtaA);
+    put_list(&w, p->Zeta, p->nZeta);
+    put_list(&w, p->ShfA, p->nShfA);
+    put_list(&w, p->ShfZ, p->nShfZ);
+    put_u32(&w, (uint32_t)model->n_elements);
+    for (int32_t e = 0; e < model->n_elements; e++) {
+        put_u32(&w, (uint32_t)model->atomic_numbers[e]);
+        put_f64(&w, model->self_energies[e]);
+    }
+    put_u32(&w, (uint32_t)model->n_members);
+    for (int32_t i = 0; i < model->n_members * model->n_elements; i++) {
+        const nnp_network* net = &model->networks[i];
+        put_u32(&w, (uint32_t)net->n_layers);
+        for (int32_t l = 0; l < net->n_layers; l++) {
+            const nnp_layer* layer = &net->layers[l];
+            put_u32(&w, (uint32_t)layer->n_in);
+            put_u32(&w, (uint32_t)layer->n_out);
+            put_u32(&w, (uint32_t)layer->activation);
+            put_f32s(&w, layer->weights, (size_t)layer->n_in * (size_t)layer->n_out);
+            put_f32s(&w, layer->biases, (size_t)layer->n_out);
+        }
+    }
+    if (w.failed) {
+        free(w.data);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory writing the model");
+    }
+    uint64_t payload = w.size - NNPM_HEADER;
+    for (int k = 0; k < 8; k++) w.data[12 + k] = (unsigned char)(payload >> (8 * k));
+    put_u32(&w, crc32_update(0, w.data, w.size));
+    if (w.failed) {
+        free(w.data);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory writing the model");
+    }
+    *data = w.data;
+    *size = w.size;
+    return NNP_OK;
+}
+
+nnp_status nnp_model_save(const nnp_model* model, const char* path) {
+    if (model == NULL || path == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_save: NULL argument");
+    void* data;
+    size_t size;
+    nnp_status st = nnp_model_save_buffer(model, &data, &size);
+    if (st != NNP_OK) return st;
+    /* Write to a temporary file and rename, so a failed write never leaves a half file. */
+    char tmp[4200];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (n < 0 || (size_t)n >= sizeof tmp) {
+        free(data);
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "path too long: %s", path);
+    }
+    FILE* f = fopen(tmp, "wb");
+    if (f == NULL) {
+        free(data);
+        return nnp_fail(NNP_ERR_IO, "cannot create '%s'", tmp);
+    }
+    int ok = fwrite(data, 1, size, f) == size;
+    ok = (fclose(f) == 0) && ok;
+    free(data);
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return nnp_fail(NNP_ERR_IO, "cannot write '%s'", path);
+    }
+    return NNP_OK;
+}
+
+/* ------------------------------------------------------------------ reader */
+
+typedef struct reader {
+    const unsigned char* p;
+    size_t left;
+    int short_read;
+} reader;
+
+static int get_bytes(reader* r, void* dst, size_t n) {
+    if (r->short_read || r->left < n) {
+        r->short_read = 1;
+        return 0;
+    }
+    memcpy(dst, r->p, n);
+    r->p += n;
+    r->left -= n;
+    return 1;
+}
+
+static uint32_t get_u32(reader* r) {
+    unsigned char b[4];
+    if (!get_bytes(r, b, 4)) return 0;
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static uint64_t get_u64(reader* r) {
+    uint64_t lo = get_u32(r);
+    return lo | (uint64_t)get_u32(r) << 32;
+}
+
+static double get_f64(reader* r) {
+    uint64_t bits = get_u64(r);
+    double v;
+    memcpy(&v, &bits, 8);
+    return v;
+}
+
+static nnp_status get_list(reader* r, const char* name, double* v, int32_t* n) {
+    uint32_t count = get_u32(r);
+    if (count < 1 || count > NNP_MAX_TERMS)
+        return nnp_fail(NNP_ERR_FORMAT, "model file: %s has %u entries", name, count);
+    *n = (int32_t)count;
+    for (uint32_t i = 0; i < count; i++) v[i] = get_f64(r);
+    return NNP_OK;
+}
+
+static nnp_status get_floats(reader* r, size_t n, float** out) {
+    if (r->left / 4 < n) {
+        r->short_read = 1;
+        return nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
+    }
+    float* v = malloc(n * sizeof(float) + 1);
+    if (v == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = get_u32(r);
+        memcpy(&v[i], &bits, 4);
+    }
+    *out = v;
+    return NNP_OK;
+}
+
+static nnp_status read_payload(reader* r, nnp_model** out) {
+    char name[sizeof((nnp_model*)0)->name];
+    uint32_t name_len = get_u32(r);
+    if (name_len >= sizeof name) return nnp_fail(NNP_ERR_FORMAT, "model file: name too long");
+    if (!get_bytes(r, name, name_len)) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
+    name[name_len] = '\0';
+    if (strlen(name) != name_len) return nnp_fail(NNP_ERR_FORMAT, "model file: bad name");
+    nnp_aev_params p;
+    memset(&p, 0, sizeof p);
+    p.Rcr = get_f64(r);
+    p.Rca = get_f64(r);
+    nnp_status st;
+    if ((st = get_list(r, "EtaR", p.EtaR, &p.nEtaR)) != NNP_OK ||
+        (st = get_list(r, "ShfR", p.ShfR, &p.nShfR)) != NNP_OK ||
+        (st = get_list(r, "EtaA", p.EtaA, &p.nEtaA)) != NNP_OK ||
+        (st = get_list(r, "Zeta", p.Zeta, &p.nZeta)) != NNP_OK ||
+        (st = get_list(r, "ShfA", p.ShfA, &p.nShfA)) != NNP_OK ||
+        (st = get_list(r, "ShfZ", p.ShfZ, &p.nShfZ)) != NNP_OK)
+        return st;
+    uint32_t n_elements = get_u32(r);
+    if (n_elements < 1 || n_elements > NNP_MAX_ELEMENTS)
+        return nnp_fail(NNP_ERR_FORMAT, "model file: %u elements", n_elements);
+    int32_t z[NNP_MAX_ELEMENTS];
+    double sae[NNP_MAX_ELEMENTS];
+    for (uint32_t e = 0; e < n_elements; e++) {
+        uint32_t an = get_u32(r);
+        z[e] = an > 1000 ? -1 : (int32_t)an;
+        sae[e] = get_f64(r);
+    }
+    uint32_t n_members = get_u32(r);
+    if (r->short_read) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
+    if (n_members < 1 || n_members > NNP_MAX_MEMBERS)
+        return nnp_fail(NNP_ERR_FORMAT, "model file: %u members", n_members);
+    nnp_model* model = nnp_model_alloc((int32_t)n_members, (int32_t)n_elements);
+    if (model == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    memcpy(model->name, name, name_len + 1);
+    model->aev = p;
+    memcpy(model->atomic_numbers, z, n_elements * sizeof z[0]);
+    memcpy(model->self_energies, sae, n_elements * sizeof sae[0]);
+    st = nnp_model_finish(model);
+    for (uint32_t i = 0; st == NNP_OK && i < n_members * n_elements; i++) {
+        nnp_network* net = &model->networks[i];
+        uint32_t n_layers = get_u32(r);
+        if (n_layers < 1 || n_layers > NNP_MAX_LAYERS) {
+            st = nnp_fail(NNP_ERR_FORMAT, "model file: network %u has %u layers", i, n_layers);
+            break;
+        }
+        for (uint32_t l = 0; st == NNP_OK && l < n_layers; l++) {
+            nnp_layer* layer = &net->layers[l];
+            uint32_t n_in = get_u32(r), n_out = get_u32(r), act = get_u32(r);
+            if (n_in < 1 || n_in > NNP_MAX_WIDTH || n_out < 1 || n_out > NNP_MAX_WIDTH || act > 100) {
+                st = nnp_fail(NNP_ERR_FORMAT, "model file: network %u layer %u has bad sizes", i, l + 1);
+                break;
+            }
+            layer->n_in = (int32_t)n_in;
+            layer->n_out = (int32_t)n_out;
+            layer->activation = (int32_t)act;
+            net->n_layers = (int32_t)l + 1; /* so that the model frees what was read */
+            if ((st = get_floats(r, (size_t)n_in * n_out, &layer->weights)) == NNP_OK)
+                st = get_floats(r, n_out, &layer->biases);
+        }
+        if (st == NNP_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "model file: network %u", i);
+            st = nnp_network_check(model, net, what);
+        }
+    }
+    if (st == NNP_OK && r->short_read) st = nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
+    if (st == NNP_OK && r->left != 0)
+        st = nnp_fail(NNP_ERR_FORMAT, "model file: %zu unexpected bytes after the networks", r->left);
+    if (st != NNP_OK) {
+        nnp_model_free(model);
+        return st;
+    }
+    *out = model;
+    return NNP_OK;
+}
+
+int nnp_is_nnpm(const void* data, size_t size) {
+    return size >= 8 && memcmp(data, NNPM_MAGIC, 8) == 0;
+}
+
+nnp_status nnp_model_load_buffer(const void* data, size_t size, nnp_model** model) {
+    if (data == NULL || model == NULL)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_load_buffer: NULL argument");
+    nnp_clear_error();
+    const unsigned char* bytes = data;
+    if (!nnp_is_nnpm(data, size))
+        return nnp_fail(NNP_ERR_FORMAT, "not an openmm-nnp model file (bad magic bytes)");
+    reader r = {bytes + 8, size - 8, 0};
+    uint32_t version = get_u32(&r);
+    uint64_t payload = get_u64(&r);
+    if (r.short_read) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated (%zu bytes)", size);
+    if (version != NNPM_VERSION)
+        return nnp_fail(NNP_ERR_FORMAT, "model file has format version %u; this library (%s) reads "
+                        "version %u", version, nnp_version(), NNPM_VERSION);
+    if (payload > NNPM_MAX_SIZE || (uint64_t)size != NNPM_HEADER + payload + 4)
+        return nnp_fail(NNP_ERR_FORMAT, "model file has %zu bytes, its header says %llu: %s", size,
+                        (unsigned long long)(NNPM_HEADER + payload + 4),
+                        (uint64_t)size < NNPM_HEADER + payload + 4 ? "truncated" : "trailing data");
+    reader tail = {bytes + size - 4, 4, 0};
+    uint32_t stored = get_u32(&tail);
+#ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+    uint32_t actual = crc32_update(0, bytes, size - 4);
+    if (stored != actual)
+        return nnp_fail(NNP_ERR_FORMAT, "model file is corrupt (CRC-32 %08x, expected %08x)", actual, stored);
+#else
+    (void)stored;
+#endif
+    r.left = (size_t)payload;
+    return read_payload(&r, model);
+}
+
+nnp_status nnp_model_load(const char* path, nnp_model** model) {
+    if (path == NULL || model == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_load: NULL argument");
+    nnp_clear_error();
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return nnp_fail(NNP_ERR_IO, "cannot open model file '%s'", path);
+    unsigned char magic[8];
+    size_t got = fread(magic, 1, 8, f);
+    fclose(f);
+    if (!nnp_is_nnpm(magic, got)) return nnp_model_load_neurochem(path, model);
+    unsigned char* data;
+    size_t size;
+    nnp_status st = nnp_read_file(path, (size_t)NNPM_MAX_SIZE, &data, &size);
+    if (st != NNP_OK) return st;
+    st = nnp_model_load_buffer(data, size, model);
+    free(data);
+    if (st != NNP_OK) return nnp_fail(st, "%s: %s", path, nnp_last_error());
+    return NNP_OK;
+}

@@ -1,0 +1,112 @@
+/* The plan: atoms with an element and a batch each, and the sizes cached from them. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+nnp_status nnp_plan_create(const nnp_model* model, nnp_plan** out) {
+    if (model == NULL || out == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_create: NULL argument");
+    nnp_plan* plan = calloc(1, sizeof *plan);
+    if (plan == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    plan->model = model;
+    plan->member = -1;
+    plan->units = NNP_UNITS_ANGSTROM_HARTREE;
+    *out = plan;
+    return NNP_OK;
+}
+
+static void free_atoms(nnp_plan* plan) {
+    free(plan->atomic_numbers);
+    free(plan->elements);
+    free(plan->batches);
+    free(plan->order);
+    free(plan->batch_start);
+    plan->atomic_numbers = plan->elements = plan->batches = plan->order = plan->batch_start = NULL;
+}
+
+void nnp_plan_free(nnp_plan* plan) {
+    if (plan == NULL) return;
+    free_atoms(plan);
+    free(plan);
+}
+
+nnp_status nnp_plan_set_atoms(nnp_plan* plan, int32_t n_atoms, const int32_t* atomic_numbers,
+                              const int32_t* batches) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_atoms: plan is NULL");
+    if (n_atoms < 0) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_atoms: n_atoms is %d", n_atoms);
+    if (n_atoms > 0 && (atomic_numbers == NULL || batches == NULL))
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_atoms: %s is NULL",
+                        atomic_numbers == NULL ? "atomic_numbers" : "batches");
+    const nnp_model* model = plan->model;
+    int32_t max_batch = -1;
+    for (int32_t i = 0; i < n_atoms; i++) {
+        if (nnp_model_element_index(model, atomic_numbers[i]) < 0) {
+            const char* sym = nnp_element_symbol(atomic_numbers[i]);
+            return nnp_fail(NNP_ERR_ELEMENT, "atom %d: element %s (atomic number %d) is not in model "
+                            "'%s'", i, sym ? sym : "?", atomic_numbers[i], model->name);
+        }
+        if (batches[i] < 0)
+            return nnp_fail(NNP_ERR_BATCH, "atom %d: batch index %d is negative", i, batches[i]);
+        if (batches[i] > max_batch) max_batch = batches[i];
+    }
+    if (max_batch >= NNP_MAX_BATCHES)
+        return nnp_fail(NNP_ERR_BATCH, "batch index %d is too large (at most %d)", max_batch,
+                        NNP_MAX_BATCHES - 1);
+    int32_t n_batches = max_batch + 1;
+    size_t n = (size_t)n_atoms;
+    int32_t* z = malloc((n + 1) * sizeof *z);
+    int32_t* el = malloc((n + 1) * sizeof *el);
+    int32_t* b = malloc((n + 1) * sizeof *b);
+    int32_t* order = malloc((n + 1) * sizeof *order);
+    int32_t* start = calloc((size_t)n_batches + 2, sizeof *start);
+    if (!z || !el || !b || !order || !start) {
+        free(z), free(el), free(b), free(order), free(start);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms in %d batches", n_atoms, n_batches);
+    }
+    for (int32_t i = 0; i < n_atoms; i++) {
+        z[i] = atomic_numbers[i];
+        el[i] = nnp_model_element_index(model, z[i]);
+        b[i] = batches[i];
+        start[b[i] + 1]++;
+    }
+    for (int32_t k = 0; k < n_batches; k++) start[k + 1] += start[k];
+    /* Counting sort by batch, stable: within a batch, atoms keep their index order. */
+    int32_t* fill = malloc(((size_t)n_batches + 1) * sizeof *fill);
+    if (fill == NULL) {
+        free(z), free(el), free(b), free(order), free(start);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    }
+    memcpy(fill, start, ((size_t)n_batches + 1) * sizeof *fill);
+    for (int32_t i = 0; i < n_atoms; i++) order[fill[b[i]]++] = i;
+    free(fill);
+    free_atoms(plan);
+    plan->atomic_numbers = z;
+    plan->elements = el;
+    plan->batches = b;
+    plan->order = order;
+    plan->batch_start = start;
+    plan->n_atoms = n_atoms;
+    plan->n_batches = n_batches;
+    return NNP_OK;
+}
+
+int32_t nnp_plan_num_atoms(const nnp_plan* plan) { return plan ? plan->n_atoms : -1; }
+int32_t nnp_plan_num_batches(const nnp_plan* plan) { return plan ? plan->n_batches : -1; }
+int32_t nnp_plan_member(const nnp_plan* plan) { return plan ? plan->member : -2; }
+
+nnp_status nnp_plan_set_member(nnp_plan* plan, int32_t member) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_member: plan is NULL");
+    if (member < -1 || member >= plan->model->n_members)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "ensemble member %d is not valid: use -1 (mean) or "
+                        "0..%d", member, plan->model->n_members - 1);
+    plan->member = member;
+    return NNP_OK;
+}
+
+nnp_status nnp_plan_set_units(nnp_plan* plan, nnp_units units) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_units: plan is NULL");
+    if (units != NNP_UNITS_ANGSTROM_HARTREE && units != NNP_UNITS_NM_KJMOL)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "unknown units %d", (int)units);
+    plan->units = units;
+    return NNP_OK;
+}
