@@ -12,10 +12,13 @@
 static _Thread_local char last_error[1024];
 
 nnp_status nnp_fail(nnp_status status, const char* fmt, ...) {
+    /* Format into a scratch buffer first: callers may pass nnp_last_error() as an argument. */
+    char message[sizeof last_error];
     va_list args;
     va_start(args, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, args);
+    vsnprintf(message, sizeof message, fmt, args);
     va_end(args);
+    memcpy(last_error, message, sizeof message);
     return status;
 }
 
