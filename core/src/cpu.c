@@ -425,12 +425,18 @@ nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const doubl
     for (int32_t i = 0; i < n; i++)
         per_batch[plan->batches[i]] += (atom_e[i] + model->self_energies[plan->elements[i]]) * energy_unit;
     for (int32_t b = 0; b < plan->n_batches; b++) total += per_batch[b];
-    if (batch_energies != NULL) memcpy(batch_energies, per_batch, (size_t)plan->n_batches * sizeof *per_batch);
-    if (energy != NULL) *energy = total;
-    if (forces != NULL)
-        for (int32_t i = 0; i < 3 * n; i++) forces[i] = -grad[i] * energy_unit * to_angstrom;
+    int finite = isfinite(total);
+    for (int32_t i = 0; forces && finite && i < 3 * n; i++) finite = isfinite(grad[i]);
+    if (finite) {
+        if (energy != NULL) *energy = total;
+        if (batch_energies != NULL) memcpy(batch_energies, per_batch, (size_t)plan->n_batches * sizeof *per_batch);
+        if (forces != NULL)
+            for (int32_t i = 0; i < 3 * n; i++) forces[i] = -grad[i] * energy_unit * to_angstrom;
+    } else {
+        st = nnp_fail(NNP_ERR_NONFINITE, "the model gave a non-finite energy or force for these coordinates");
+    }
     free_workspace(&ws);
     free(nl.start), free(nl.items);
     free(pos), free(atom_e), free(grad), free(members), free(per_batch);
-    return NNP_OK;
+    return st;
 }

@@ -51,7 +51,13 @@ nnp_status nnp_model_finish(nnp_model* model) {
                             lists[i].name, lists[i].n, NNP_MAX_TERMS);
         if (!all_finite(lists[i].v, lists[i].n))
             return nnp_fail(NNP_ERR_FORMAT, "AEV parameter %s has a non-finite entry", lists[i].name);
+        for (int32_t k = 0; k < lists[i].n; k++)
+            if (lists[i].v[k] < 0 || lists[i].v[k] > 1e4)
+                return nnp_fail(NNP_ERR_FORMAT, "AEV parameter %s has entry %g outside [0, 1e4]",
+                                lists[i].name, lists[i].v[k]);
     }
+    for (int32_t k = 0; k < p->nZeta; k++)
+        if (p->Zeta[k] < 1) return nnp_fail(NNP_ERR_FORMAT, "AEV parameter Zeta must be >= 1, got %g", p->Zeta[k]);
     if (model->n_elements < 1 || model->n_elements > NNP_MAX_ELEMENTS)
         return nnp_fail(NNP_ERR_FORMAT, "model has %d elements (need 1..%d)", model->n_elements,
                         NNP_MAX_ELEMENTS);
