@@ -173,6 +173,14 @@ nnp_status nnp_parse_constants(const char* text, size_t size, nnp_model* model) 
     }
     for (int i = 0; i < K_COUNT; i++)
         if (!seen[i]) return nnp_fail(NNP_ERR_FORMAT, "constants: %s is missing", names[i]);
+    /* NeuroChem trained, and TorchANI evaluates, with these constants as float32: round them so
+       that the double-precision evaluation reproduces the published values exactly. */
+    p->Rcr = (float)p->Rcr;
+    p->Rca = (float)p->Rca;
+    double* lists[] = {p->EtaR, p->ShfR, p->EtaA, p->Zeta, p->ShfA, p->ShfZ};
+    int32_t counts[] = {p->nEtaR, p->nShfR, p->nEtaA, p->nZeta, p->nShfA, p->nShfZ};
+    for (int l = 0; l < 6; l++)
+        for (int32_t k = 0; k < counts[l]; k++) lists[l][k] = (float)lists[l][k];
     return NNP_OK;
 }
 

@@ -2,7 +2,9 @@
 #include "test.h"
 
 int main(void) {
-    /* ANI-1x member 0, methane, double precision: -40.277153758433975 Ha (tolerance 1e-6 Ha). */
+    /* ANI-1x member 0, methane, double precision: -40.277153758433975 Ha. The issue asks for 1e-6 Ha;
+       with the AEV constants rounded to float32 as TorchANI holds them, the result is exact, so a
+       much tighter 1e-9 Ha guards the implementation. */
     nnp_model* ani1x = load_model_or_die("models/ani-model-zoo/ani-1x_8x.info");
     nnp_plan* plan;
     CHECK_OK(nnp_plan_create(ani1x, &plan));
@@ -12,7 +14,7 @@ int main(void) {
     double e = single_energy(plan, 5, z, pos, NULL, NULL);
     printf("ANI-1x member 0 methane: %.12f Ha (published -40.277153758433975, diff %.2e)\n", e,
            e + 40.277153758433975);
-    CHECK_CLOSE(e, -40.277153758433975, 1e-6);
+    CHECK_CLOSE(e, -40.277153758433975, 1e-9);
 
     /* The same in OpenMM units: kJ/mol with positions in nm. */
     double pos_nm[15];
