@@ -367,7 +367,8 @@ nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const doubl
     const double energy_unit = plan->units == NNP_UNITS_NM_KJMOL ? NNP_HARTREE_TO_KJMOL : 1.0;
     for (int32_t i = 0; i < 3 * n; i++)
         if (!isfinite(positions[i]))
-            return nnp_fail(NNP_ERR_NONFINITE, "coordinate %c of atom %d is %g", "xyz"[i % 3], i / 3, positions[i]);
+            return nnp_fail(NNP_ERR_NONFINITE, "coordinate %c of atom %d is not finite (%g)", "xyz"[i % 3], i / 3,
+                            positions[i]);
     double box_a[9];
     if (box != NULL) {
         nnp_status st = check_box(box, model->aev.Rcr, to_angstrom);

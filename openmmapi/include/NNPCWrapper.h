@@ -1,0 +1,62 @@
+/*
+ * C API of the NNP plugin, in the style of OpenMM's C wrapper (OpenMMCWrapper.h) and usable with
+ * its objects (OpenMM_System, OpenMM_Context, ...). No C++ exception crosses into C: functions
+ * return NULL, -1 or OpenMM_NNP_Error on failure, and OpenMM_NNP_getLastError() gives the message
+ * (per thread).
+ */
+#ifndef OPENMM_NNP_CWRAPPER_H_
+#define OPENMM_NNP_CWRAPPER_H_
+
+#include "OpenMMCWrapper.h"
+#include "internal/windowsExportNNP.h"
+
+#if defined(__cplusplus)
+extern "C" {
+#endif
+
+typedef struct OpenMM_NNPForce_struct OpenMM_NNPForce;
+
+typedef enum { OpenMM_NNP_Ok = 0, OpenMM_NNP_Error = 1 } OpenMM_NNP_Status;
+
+/** Message of the last failed call on this thread ("" if none). */
+extern OPENMM_EXPORT_NNP const char* OpenMM_NNP_getLastError(void);
+
+/** Creates a force from a model file (.info or .nnpm); NULL on failure. */
+extern OPENMM_EXPORT_NNP OpenMM_NNPForce* OpenMM_NNPForce_create(const char* modelPath);
+/** Destroys a force that was not added to a System (a System owns and destroys its forces). */
+extern OPENMM_EXPORT_NNP void OpenMM_NNPForce_destroy(OpenMM_NNPForce* target);
+/** The force as an OpenMM_Force, e.g. for OpenMM_System_addForce(). */
+extern OPENMM_EXPORT_NNP OpenMM_Force* OpenMM_NNPForce_asForce(OpenMM_NNPForce* target);
+/** An OpenMM_Force as an NNPForce (e.g. from a deserialized System), or NULL if it is not one. */
+extern OPENMM_EXPORT_NNP OpenMM_NNPForce* OpenMM_NNPForce_cast(OpenMM_Force* force);
+
+/** Adds an atom (particle index, atomic number, batch ≥ 0); returns its index, or -1 on failure. */
+extern OPENMM_EXPORT_NNP int OpenMM_NNPForce_addAtom(OpenMM_NNPForce* target, int particle, int atomicNumber, int batch);
+extern OPENMM_EXPORT_NNP int OpenMM_NNPForce_getNumAtoms(const OpenMM_NNPForce* target);
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPForce_getAtomParameters(const OpenMM_NNPForce* target, int index,
+                                                                            int* particle, int* atomicNumber, int* batch);
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPForce_setAtomParameters(OpenMM_NNPForce* target, int index,
+                                                                            int particle, int atomicNumber, int batch);
+/** Number of batches (largest batch index + 1), or -1 on failure. */
+extern OPENMM_EXPORT_NNP int OpenMM_NNPForce_getNumBatches(const OpenMM_NNPForce* target);
+/** -1 for the ensemble mean, else 0 .. members-1. */
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPForce_setEnsembleMember(OpenMM_NNPForce* target, int member);
+extern OPENMM_EXPORT_NNP int OpenMM_NNPForce_getEnsembleMember(const OpenMM_NNPForce* target);
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPForce_setUsesPeriodicBoundaryConditions(OpenMM_NNPForce* target,
+                                                                                            OpenMM_Boolean periodic);
+extern OPENMM_EXPORT_NNP OpenMM_Boolean OpenMM_NNPForce_usesPeriodicBoundaryConditions(const OpenMM_NNPForce* target);
+/**
+ * Energies of every batch at the Context's positions, in kJ/mol. Writes min(count, capacity) values
+ * and sets *count to the number of batches.
+ */
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPForce_getBatchEnergies(const OpenMM_NNPForce* target,
+                                                                           OpenMM_Context* context, double* energies,
+                                                                           int capacity, int* count);
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPForce_updateParametersInContext(OpenMM_NNPForce* target,
+                                                                                    OpenMM_Context* context);
+
+#if defined(__cplusplus)
+}
+#endif
+
+#endif

@@ -1,0 +1,124 @@
+#ifndef OPENMM_NNPFORCE_H_
+#define OPENMM_NNPFORCE_H_
+
+#include "internal/windowsExportNNP.h"
+#include "openmm/Context.h"
+#include "openmm/Force.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace NNPPlugin {
+
+class NNPModel;
+
+/**
+ * A neural-network potential of the ANI family (ANI-1x, ANI-1ccx, ANI-2x) for many independent
+ * molecules at once.
+ *
+ * Every atom of the force is an OpenMM particle with an element (atomic number) and a batch index
+ * (its molecule or replica, ≥ 0). Atoms of different batches never interact; particles that are not
+ * added to the force get nothing from it, so classical forces can handle them. The energy of each
+ * batch is available from getBatchEnergies(); the force adds the total energy and the forces.
+ *
+ * The model is read once, when the force is created: the NeuroChem layout of the ANI model zoo
+ * (its `<name>.info` file) or the project's single-file `.nnpm` format. XML serialization embeds
+ * the model by default, so a serialized System is self-contained.
+ */
+class OPENMM_EXPORT_NNP NNPForce : public OpenMM::Force {
+public:
+    /**
+     * Creates a force that evaluates the given model.
+     *
+     * @param modelPath  a NeuroChem `.info` file or an `.nnpm` file
+     * @throws OpenMMException if the model cannot be read or is corrupt
+     */
+    explicit NNPForce(const std::string& modelPath);
+    /** Creates a force from a model held in memory in the `.nnpm` format (used by deserialization). */
+    static NNPForce* createFromModelData(const std::string& modelData, const std::string& modelPath);
+    ~NNPForce();
+
+    /** The path the model was read from. */
+    const std::string& getModelPath() const;
+    /** The model's name (for example "ani-2x_8x"). */
+    std::string getModelName() const;
+    /** The model in the `.nnpm` format (what serialization embeds). */
+    const std::string& getModelData() const;
+    /** Number of ensemble members of the model. */
+    int getNumEnsembleMembers() const;
+    /** Atomic numbers of the elements the model covers. */
+    std::vector<int> getSupportedElements() const;
+    /** Interaction range of the model, in nm. */
+    double getCutoff() const;
+
+    int getNumAtoms() const;
+    /**
+     * Adds an atom.
+     *
+     * @param particle      index of the particle in the System
+     * @param atomicNumber  its element; must be one the model covers
+     * @param batch         its batch (molecule or replica), ≥ 0
+     * @return the index of the atom in this force
+     */
+    int addAtom(int particle, int atomicNumber, int batch);
+    void getAtomParameters(int index, int& particle, int& atomicNumber, int& batch) const;
+    void setAtomParameters(int index, int particle, int atomicNumber, int batch);
+    /** Number of batches: the largest batch index plus one (0 without atoms). */
+    int getNumBatches() const;
+
+    /** Ensemble member to evaluate: -1 (default) for the ensemble mean, or 0 .. members-1. */
+    void setEnsembleMember(int member);
+    int getEnsembleMember() const;
+
+    /**
+     * Whether to apply periodic boundary conditions (minimum image with the Context's box; every
+     * box width must be at least twice the cutoff). Default: false.
+     */
+    void setUsesPeriodicBoundaryConditions(bool periodic);
+    bool usesPeriodicBoundaryConditions() const override;
+
+    /** Whether XML serialization embeds the model (default true) or stores only its path. */
+    void setEmbedModelInXml(bool embed);
+    bool getEmbedModelInXml() const;
+
+    /**
+     * The energy of every batch at the Context's current positions, in kJ/mol (index = batch).
+     * Batches without atoms have energy 0.
+     */
+    std::vector<double> getBatchEnergies(OpenMM::Context& context) const;
+
+    /**
+     * Copies the atoms (particles, elements, batches), the ensemble member and the periodicity to a
+     * Context that already uses this force. The number of atoms and batches may change.
+     */
+    void updateParametersInContext(OpenMM::Context& context);
+
+    /**
+     * Failures while loading the plugin's platform libraries (for example a CUDA library that could
+     * not be found). Empty when every platform library loaded.
+     */
+    static std::vector<std::string> getPluginLoadFailures();
+
+    /** The loaded model, shared with the platform kernels (internal; not part of the stable API). */
+    const std::shared_ptr<const NNPModel>& getInternalModel() const { return model; }
+
+protected:
+    OpenMM::ForceImpl* createImpl() const override;
+
+private:
+    struct Atom {
+        int particle, atomicNumber, batch;
+    };
+    explicit NNPForce(std::shared_ptr<const NNPModel> model);
+    void checkElement(int atomicNumber) const;
+    void checkIndex(int index) const;
+    std::shared_ptr<const NNPModel> model;
+    std::vector<Atom> atoms;
+    int member;
+    bool periodic, embedModel;
+};
+
+} // namespace NNPPlugin
+
+#endif

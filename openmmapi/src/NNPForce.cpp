@@ -1,0 +1,115 @@
+#include "NNPForce.h"
+#include "internal/NNPForceImpl.h"
+#include "internal/NNPModel.h"
+#include "openmm/OpenMMException.h"
+
+#include <algorithm>
+#include <sstream>
+
+using namespace NNPPlugin;
+using namespace OpenMM;
+using std::string;
+using std::vector;
+
+NNPForce::NNPForce(const string& modelPath) : NNPForce(std::shared_ptr<const NNPModel>(NNPModel::load(modelPath))) {}
+
+NNPForce::NNPForce(std::shared_ptr<const NNPModel> model) : model(model), member(-1), periodic(false), embedModel(true) {
+    setName("NNPForce");
+}
+
+NNPForce* NNPForce::createFromModelData(const string& modelData, const string& modelPath) {
+    return new NNPForce(std::shared_ptr<const NNPModel>(NNPModel::fromData(modelData, modelPath)));
+}
+
+NNPForce::~NNPForce() = default;
+
+const string& NNPForce::getModelPath() const { return model->getPath(); }
+string NNPForce::getModelName() const { return nnp_model_name(model->get()); }
+const string& NNPForce::getModelData() const { return model->getData(); }
+int NNPForce::getNumEnsembleMembers() const { return nnp_model_num_members(model->get()); }
+double NNPForce::getCutoff() const { return nnp_model_cutoff(model->get()) / 10.0; }
+
+vector<int> NNPForce::getSupportedElements() const {
+    vector<int> elements;
+    for (int i = 0; i < nnp_model_num_elements(model->get()); i++) elements.push_back(nnp_model_element(model->get(), i));
+    return elements;
+}
+
+void NNPForce::checkElement(int atomicNumber) const {
+    vector<int> supported = getSupportedElements();
+    if (std::find(supported.begin(), supported.end(), atomicNumber) != supported.end()) return;
+    const char* symbol = nnp_element_symbol(atomicNumber);
+    std::stringstream message;
+    message << "NNPForce: element " << (symbol ? symbol : "?") << " (atomic number " << atomicNumber
+            << ") is not covered by model '" << getModelName() << "', which supports";
+    for (int z : supported) message << " " << nnp_element_symbol(z);
+    throw OpenMMException(message.str());
+}
+
+int NNPForce::getNumAtoms() const { return atoms.size(); }
+
+int NNPForce::addAtom(int particle, int atomicNumber, int batch) {
+    if (particle < 0) throw OpenMMException("NNPForce: particle index " + std::to_string(particle) + " is negative");
+    if (batch < 0) throw OpenMMException("NNPForce: batch index " + std::to_string(batch) + " of particle " + std::to_string(particle) + " is negative");
+    checkElement(atomicNumber);
+    atoms.push_back({particle, atomicNumber, batch});
+    return atoms.size() - 1;
+}
+
+void NNPForce::checkIndex(int index) const {
+    if (index < 0 || index >= (int)atoms.size())
+        throw OpenMMException("NNPForce: atom index " + std::to_string(index) + " is out of range (the force has " +
+                              std::to_string(atoms.size()) + " atoms)");
+}
+
+void NNPForce::getAtomParameters(int index, int& particle, int& atomicNumber, int& batch) const {
+    checkIndex(index);
+    particle = atoms[index].particle;
+    atomicNumber = atoms[index].atomicNumber;
+    batch = atoms[index].batch;
+}
+
+void NNPForce::setAtomParameters(int index, int particle, int atomicNumber, int batch) {
+    checkIndex(index);
+    if (particle < 0) throw OpenMMException("NNPForce: particle index " + std::to_string(particle) + " is negative");
+    if (batch < 0) throw OpenMMException("NNPForce: batch index " + std::to_string(batch) + " of particle " + std::to_string(particle) + " is negative");
+    checkElement(atomicNumber);
+    atoms[index] = {particle, atomicNumber, batch};
+}
+
+int NNPForce::getNumBatches() const {
+    int maxBatch = -1;
+    for (const Atom& atom : atoms) maxBatch = std::max(maxBatch, atom.batch);
+    return maxBatch + 1;
+}
+
+void NNPForce::setEnsembleMember(int m) {
+    if (m < -1 || m >= getNumEnsembleMembers())
+        throw OpenMMException("NNPForce: ensemble member " + std::to_string(m) + " is not valid: use -1 (mean) or 0.." +
+                              std::to_string(getNumEnsembleMembers() - 1));
+    member = m;
+}
+
+int NNPForce::getEnsembleMember() const { return member; }
+void NNPForce::setUsesPeriodicBoundaryConditions(bool p) { periodic = p; }
+bool NNPForce::usesPeriodicBoundaryConditions() const { return periodic; }
+void NNPForce::setEmbedModelInXml(bool embed) { embedModel = embed; }
+bool NNPForce::getEmbedModelInXml() const { return embedModel; }
+
+vector<double> NNPForce::getBatchEnergies(Context& context) const {
+    return dynamic_cast<NNPForceImpl&>(getImplInContext(context)).getBatchEnergies(getContextImpl(context));
+}
+
+void NNPForce::updateParametersInContext(Context& context) {
+    dynamic_cast<NNPForceImpl&>(getImplInContext(context)).updateParametersInContext(getContextImpl(context));
+}
+
+vector<string> NNPForce::getPluginLoadFailures() {
+    NNPForceImpl::loadPlatformPlugins();
+    return NNPForceImpl::pluginLoadFailures();
+}
+
+ForceImpl* NNPForce::createImpl() const {
+    NNPForceImpl::loadPlatformPlugins();
+    return new NNPForceImpl(*this);
+}

@@ -1,0 +1,110 @@
+#include "internal/NNPForceImpl.h"
+#include "NNPKernels.h"
+#include "openmm/OpenMMException.h"
+#include "openmm/Platform.h"
+#include "openmm/internal/ContextImpl.h"
+
+#include <dlfcn.h>
+#include <mutex>
+#include <set>
+#include <sys/stat.h>
+
+using namespace NNPPlugin;
+using namespace OpenMM;
+using std::string;
+using std::vector;
+
+NNPForceImpl::NNPForceImpl(const NNPForce& owner) : owner(owner) {}
+
+void NNPForceImpl::checkAtoms(const NNPForce& force, const System& system) {
+    std::set<int> seen;
+    for (int i = 0; i < force.getNumAtoms(); i++) {
+        int particle, z, batch;
+        force.getAtomParameters(i, particle, z, batch);
+        if (particle < 0 || particle >= system.getNumParticles())
+            throw OpenMMException("NNPForce: atom " + std::to_string(i) + " refers to particle " + std::to_string(particle) +
+                                  ", but the System has " + std::to_string(system.getNumParticles()) + " particles");
+        if (!seen.insert(particle).second)
+            throw OpenMMException("NNPForce: particle " + std::to_string(particle) + " is added twice (atom " + std::to_string(i) + ")");
+    }
+}
+
+void NNPForceImpl::initialize(ContextImpl& context) {
+    checkAtoms(owner, context.getSystem());
+    kernel = context.getPlatform().createKernel(CalcNNPForceKernel::Name(), context);
+    kernel.getAs<CalcNNPForceKernel>().initialize(context.getSystem(), owner);
+}
+
+double NNPForceImpl::calcForcesAndEnergy(ContextImpl& context, bool includeForces, bool includeEnergy, int groups) {
+    if ((groups & (1 << owner.getForceGroup())) != 0)
+        return kernel.getAs<CalcNNPForceKernel>().execute(context, includeForces, includeEnergy);
+    return 0.0;
+}
+
+vector<string> NNPForceImpl::getKernelNames() { return {CalcNNPForceKernel::Name()}; }
+
+vector<double> NNPForceImpl::getBatchEnergies(ContextImpl& context) {
+    return kernel.getAs<CalcNNPForceKernel>().getBatchEnergies(context);
+}
+
+void NNPForceImpl::updateParametersInContext(ContextImpl& context) {
+    checkAtoms(owner, context.getSystem());
+    kernel.getAs<CalcNNPForceKernel>().copyParametersToContext(context, owner);
+    context.systemChanged();
+}
+
+/* ------------------------------------------------------------------ platform plugins */
+
+static std::mutex& registryMutex() {
+    static std::mutex mutex;
+    return mutex;
+}
+
+static vector<void (*)()>& registrars() {
+    static vector<void (*)()> list;
+    return list;
+}
+
+vector<string>& NNPForceImpl::pluginLoadFailures() {
+    static vector<string> failures;
+    return failures;
+}
+
+void NNPForceImpl::addKernelRegistrar(void (*registrar)()) {
+    std::lock_guard<std::mutex> lock(registryMutex());
+    for (auto r : registrars())
+        if (r == registrar) return;
+    registrars().push_back(registrar);
+}
+
+void NNPForceImpl::loadPlatformPlugins() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        // The platform libraries live beside this library: find it and load them from there, so that
+        // nothing needs LD_LIBRARY_PATH or OpenMM's plugin directory.
+        Dl_info info;
+        if (dladdr(reinterpret_cast<void*>(&NNPForceImpl::loadPlatformPlugins), &info) == 0 || info.dli_fname == nullptr) {
+            pluginLoadFailures().push_back("NNPForce: cannot locate libOpenMMNNP to find its platform libraries");
+            return;
+        }
+        string self = info.dli_fname;
+        string dir = self.substr(0, self.find_last_of('/') + 1);
+        for (const char* name : {"libOpenMMNNPReference.so", "libOpenMMNNPCUDA.so"}) {
+            string path = dir + name;
+            struct stat st;
+            if (stat(path.c_str(), &st) != 0) continue; // not built
+            try {
+                Platform::loadPluginLibrary(path);
+            } catch (const std::exception& e) {
+                pluginLoadFailures().push_back(e.what());
+            }
+        }
+    });
+    // Register with platforms loaded since (registration skips platforms that already have the kernel).
+    vector<void (*)()> list;
+    {
+        std::lock_guard<std::mutex> lock(registryMutex());
+        list = registrars();
+    }
+    for (auto registrar : list) registrar();
+}

@@ -1,0 +1,103 @@
+#include "NNPForceProxy.h"
+#include "NNPForce.h"
+#include "openmm/OpenMMException.h"
+#include "openmm/serialization/SerializationNode.h"
+
+#include <cstdint>
+
+using namespace NNPPlugin;
+using namespace OpenMM;
+using std::string;
+
+static const char* const base64Chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static string toBase64(const string& in) {
+    string out;
+    out.reserve((in.size() + 2) / 3 * 4);
+    size_t i = 0;
+    for (; i + 2 < in.size(); i += 3) {
+        uint32_t v = (uint8_t)in[i] << 16 | (uint8_t)in[i + 1] << 8 | (uint8_t)in[i + 2];
+        for (int k = 3; k >= 0; k--) out += base64Chars[(v >> (6 * k)) & 63];
+    }
+    if (i < in.size()) {
+        uint32_t v = (uint8_t)in[i] << 16 | (i + 1 < in.size() ? (uint8_t)in[i + 1] << 8 : 0);
+        out += base64Chars[(v >> 18) & 63];
+        out += base64Chars[(v >> 12) & 63];
+        out += i + 1 < in.size() ? base64Chars[(v >> 6) & 63] : '=';
+        out += '=';
+    }
+    return out;
+}
+
+static string fromBase64(const string& in) {
+    int8_t table[256];
+    for (int c = 0; c < 256; c++) table[c] = -1;
+    for (int c = 0; c < 64; c++) table[(uint8_t)base64Chars[c]] = c;
+    if (in.size() % 4 != 0) throw OpenMMException("NNPForce: the embedded model is not valid base64 (length " + std::to_string(in.size()) + ")");
+    string out;
+    out.reserve(in.size() / 4 * 3);
+    for (size_t i = 0; i < in.size(); i += 4) {
+        uint32_t v = 0;
+        int pad = 0;
+        for (int k = 0; k < 4; k++) {
+            char c = in[i + k];
+            int8_t d = table[(uint8_t)c];
+            if (c == '=' && i + 4 == in.size() && k >= 2) {
+                pad++;
+                d = 0;
+            } else if (d < 0 || pad > 0) {
+                throw OpenMMException("NNPForce: the embedded model is not valid base64 (bad character at " + std::to_string(i + k) + ")");
+            }
+            v = v << 6 | (uint32_t)d;
+        }
+        out += (char)(v >> 16);
+        if (pad < 2) out += (char)(v >> 8 & 0xFF);
+        if (pad < 1) out += (char)(v & 0xFF);
+    }
+    return out;
+}
+
+NNPForceProxy::NNPForceProxy() : SerializationProxy("NNPForce") {}
+
+void NNPForceProxy::serialize(const void* object, SerializationNode& node) const {
+    node.setIntProperty("version", 1);
+    const NNPForce& force = *reinterpret_cast<const NNPForce*>(object);
+    node.setIntProperty("forceGroup", force.getForceGroup());
+    node.setStringProperty("name", force.getName());
+    node.setBoolProperty("usesPeriodic", force.usesPeriodicBoundaryConditions());
+    node.setIntProperty("ensembleMember", force.getEnsembleMember());
+    node.setStringProperty("modelPath", force.getModelPath());
+    node.setStringProperty("modelName", force.getModelName());
+    node.setBoolProperty("modelEmbedded", force.getEmbedModelInXml());
+    if (force.getEmbedModelInXml()) node.setStringProperty("modelData", toBase64(force.getModelData()));
+    SerializationNode& atoms = node.createChildNode("Atoms");
+    for (int i = 0; i < force.getNumAtoms(); i++) {
+        int particle, z, batch;
+        force.getAtomParameters(i, particle, z, batch);
+        atoms.createChildNode("Atom").setIntProperty("p", particle).setIntProperty("z", z).setIntProperty("b", batch);
+    }
+}
+
+void* NNPForceProxy::deserialize(const SerializationNode& node) const {
+    int version = node.getIntProperty("version");
+    if (version != 1)
+        throw OpenMMException("NNPForce: unsupported XML version " + std::to_string(version) + " (this plugin reads version 1)");
+    NNPForce* force;
+    if (node.getBoolProperty("modelEmbedded"))
+        force = NNPForce::createFromModelData(fromBase64(node.getStringProperty("modelData")), node.getStringProperty("modelPath"));
+    else
+        force = new NNPForce(node.getStringProperty("modelPath"));
+    try {
+        force->setForceGroup(node.getIntProperty("forceGroup"));
+        force->setName(node.getStringProperty("name"));
+        force->setUsesPeriodicBoundaryConditions(node.getBoolProperty("usesPeriodic"));
+        force->setEnsembleMember(node.getIntProperty("ensembleMember"));
+        force->setEmbedModelInXml(node.getBoolProperty("modelEmbedded"));
+        for (const SerializationNode& atom : node.getChildNode("Atoms").getChildren())
+            force->addAtom(atom.getIntProperty("p"), atom.getIntProperty("z"), atom.getIntProperty("b"));
+    } catch (...) {
+        delete force;
+        throw;
+    }
+    return force;
+}
