@@ -1,0 +1,50 @@
+"""openmmnnp: ANI neural-network potentials for many molecules at once in OpenMM.
+
+    import openmm, openmmnnp
+    force = openmmnnp.NNPForce("ani-model-zoo/ani-2x_8x.info")
+    force.addAtom(particle, element, batch)      # element: atomic number or openmm.app.Element
+    system.addForce(force)
+    force.getBatchEnergies(context)              # Quantity, kJ/mol, one value per batch
+
+Helpers: :func:`createForceFromTopology`, :func:`readXYZ`, :func:`createSystemFromXYZ`,
+:class:`BatchEnergyReporter`; the main job is ``python -m openmmnnp.simulate``.
+Errors raise :class:`openmm.OpenMMException`.
+"""
+import openmm as _openmm  # loads OpenMM and its plugins first
+
+from .nnpswig import NNPForce
+from .helpers import createForceFromTopology, readXYZ, createSystemFromXYZ, XYZMolecule
+from .reporter import BatchEnergyReporter
+
+__all__ = ["NNPForce", "createForceFromTopology", "readXYZ", "createSystemFromXYZ", "XYZMolecule",
+           "BatchEnergyReporter", "pluginLoadFailures"]
+
+_addAtom = NNPForce.addAtom
+_setAtomParameters = NNPForce.setAtomParameters
+
+
+def _atomicNumber(element):
+    number = getattr(element, "atomic_number", element)
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise _openmm.OpenMMException(f"NNPForce: element must be an atomic number or openmm.app.Element, got {element!r}")
+    return number
+
+
+def addAtom(self, particle, element, batch):
+    """Adds an atom: its particle index, its element (atomic number or openmm.app.Element) and its
+    batch (molecule/replica index, >= 0). Returns the atom's index in the force."""
+    return _addAtom(self, particle, _atomicNumber(element), batch)
+
+
+def setAtomParameters(self, index, particle, element, batch):
+    """Changes an atom; call updateParametersInContext() to apply it to a Context."""
+    return _setAtomParameters(self, index, particle, _atomicNumber(element), batch)
+
+
+NNPForce.addAtom = addAtom
+NNPForce.setAtomParameters = setAtomParameters
+
+
+def pluginLoadFailures():
+    """Failures while loading OpenMM's plugins and this plugin's platform libraries."""
+    return list(_openmm.Platform.getPluginLoadFailures()) + list(NNPForce.getPluginLoadFailures())
