@@ -132,6 +132,11 @@ NNP_API int32_t nnp_plan_num_batches(const nnp_plan* plan);
 /** Ensemble member to evaluate: -1 (default) for the ensemble mean, else 0..members-1. */
 NNP_API nnp_status nnp_plan_set_member(nnp_plan* plan, int32_t member);
 NNP_API int32_t nnp_plan_member(const nnp_plan* plan);
+/**
+ * Threads of the CPU evaluation: 0 (default) for the environment variable NNP_NUM_THREADS or else
+ * every online core. Results do not depend on the thread count.
+ */
+NNP_API nnp_status nnp_plan_set_num_threads(nnp_plan* plan, int32_t n_threads);
 /** Units of positions, box, energies and forces (default NNP_UNITS_ANGSTROM_HARTREE). */
 NNP_API nnp_status nnp_plan_set_units(nnp_plan* plan, nnp_units units);
 

@@ -15,6 +15,9 @@
 #include "internal.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,9 +189,10 @@ static void compute_aev(const nnp_model* model, const nnp_plan* plan, const neig
     }
 }
 
-/* Adds dE/dr of atom i's AEV, given g = dE/dAEV, to grad (n_atoms × 3, Hartree/Å). */
+/* dE/dr of atom i's AEV, given g = dE/dAEV, into local (Hartree/Å): slot 0 (3 values) for atom i
+   itself, slot 1 + a for its neighbour a. local must be zeroed by the caller. */
 static void aev_backward(const nnp_model* model, const nnp_plan* plan, const neighbor_list* nl,
-                         int32_t i, const double* g, double* grad) {
+                         int32_t i, const double* g, double* local) {
     const nnp_aev_params* p = &model->aev;
     const neighbor* nb = &nl->items[nl->start[i]];
     int32_t nn = nl->start[i + 1] - nl->start[i];
@@ -202,11 +206,10 @@ static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nei
                 double ex = exp(-p->EtaR[e] * x * x);
                 s_d += gr[e * p->nShfR + s] * 0.25 * ex * (-2 * p->EtaR[e] * x * fc + dfc);
             }
-        int32_t j = nb[a].j;
         for (int k = 0; k < 3; k++) {
             double f = s_d * nb[a].r[k] / d;
-            grad[3 * j + k] += f;
-            grad[3 * i + k] -= f;
+            local[3 * (1 + a) + k] += f;
+            local[k] -= f;
         }
     }
     for (int32_t a = 0; a < nn; a++) {
@@ -242,15 +245,14 @@ static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nei
                         }
                     }
             double s_c = s_theta * (-0.95 / sqrt(1 - 0.95 * c * 0.95 * c));
-            int32_t j = nb[a].j, k2 = nb[b].j;
             for (int k = 0; k < 3; k++) {
                 double dc_du = v[k] / denom - c * u[k] / (dj * dj);
                 double dc_dv = u[k] / denom - c * v[k] / (dk * dk);
                 double gu = s_dj * u[k] / dj + s_c * dc_du;
                 double gv = s_dk * v[k] / dk + s_c * dc_dv;
-                grad[3 * j + k] += gu;
-                grad[3 * k2 + k] += gv;
-                grad[3 * i + k] -= gu + gv;
+                local[3 * (1 + a) + k] += gu;
+                local[3 * (1 + b) + k] += gv;
+                local[k] -= gu + gv;
             }
         }
     }
@@ -258,13 +260,17 @@ static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nei
 
 /* ------------------------------------------------------------------ networks */
 
+/* Activations are stored transposed, feature-major: x[k * CHUNK + a] is feature k of atom a of
+   the chunk. The innermost loops then run over the atoms of the chunk, contiguous and independent,
+   so they vectorize while every atom's sums keep the plain sequential order (bias, then k = 0, 1, …). */
 typedef struct workspace {
-    int32_t width;  /* widest layer or input */
-    double* act[NNP_MAX_LAYERS + 1]; /* act[0] = AEVs, act[l+1] = output of layer l; CHUNK × width */
+    int32_t width;                   /* widest layer or input */
+    double* act[NNP_MAX_LAYERS + 1]; /* act[0] = AEVs, act[l+1] = output of layer l; width × CHUNK */
     double* pre[NNP_MAX_LAYERS];     /* pre-activations of layer l */
-    double* grad_a;                  /* CHUNK × width */
+    double* grad_a;                  /* width × CHUNK */
     double* grad_b;
-    double* daev;                    /* CHUNK × width: dE/dAEV of the chunk, all members */
+    double* daev;                    /* width × CHUNK: dE/dAEV of the chunk, all members */
+    double* atom;                    /* one atom's AEV or dE/dAEV, width */
 } workspace;
 
 static double activate(int32_t kind, double z) {
@@ -286,36 +292,38 @@ static void network_forward(const nnp_network* net, workspace* ws, int32_t n, do
         double* y = ws->act[l + 1];
         for (int32_t o = 0; o < layer->n_out; o++) {
             const float* w = layer->weights + (size_t)o * layer->n_in;
-            for (int32_t a = 0; a < n; a++) {
-                const double* xa = x + (size_t)a * ws->width;
-                double sum = layer->biases[o];
-                for (int32_t k = 0; k < layer->n_in; k++) sum += (double)w[k] * xa[k];
-                z[(size_t)a * ws->width + o] = sum;
-                y[(size_t)a * ws->width + o] = activate(layer->activation, sum);
+            double* zo = z + (size_t)o * CHUNK;
+            for (int32_t a = 0; a < n; a++) zo[a] = layer->biases[o];
+            for (int32_t k = 0; k < layer->n_in; k++) {
+                const double wk = w[k];
+                const double* xk = x + (size_t)k * CHUNK;
+                for (int32_t a = 0; a < n; a++) zo[a] += wk * xk[a];
             }
+            for (int32_t a = 0; a < n; a++) y[(size_t)o * CHUNK + a] = activate(layer->activation, zo[a]);
         }
     }
-    for (int32_t a = 0; a < n; a++) out[a] = ws->act[net->n_layers][(size_t)a * ws->width];
+    for (int32_t a = 0; a < n; a++) out[a] = ws->act[net->n_layers][a];
 }
 
-/* Backward pass after network_forward: adds scale · d(output)/d(AEV) to daev (n × aev width). */
+/* Backward pass after network_forward: adds scale · d(output)/d(AEV) to daev (width × CHUNK). */
 static void network_backward(const nnp_network* net, workspace* ws, int32_t n, double scale, double* daev) {
     double* g = ws->grad_a; /* dE/d(output of layer l) */
     double* h = ws->grad_b;
-    for (int32_t a = 0; a < n; a++) g[(size_t)a * ws->width] = scale;
+    for (int32_t a = 0; a < n; a++) g[a] = scale;
     for (int32_t l = net->n_layers - 1; l >= 0; l--) {
         const nnp_layer* layer = &net->layers[l];
         const double* z = ws->pre[l];
         double* gin = l == 0 ? daev : h;
-        if (l > 0)
-            for (int32_t a = 0; a < n; a++) memset(gin + (size_t)a * ws->width, 0, (size_t)layer->n_in * sizeof(double));
+        if (l > 0) memset(gin, 0, (size_t)layer->n_in * CHUNK * sizeof(double));
         for (int32_t o = 0; o < layer->n_out; o++) {
             const float* w = layer->weights + (size_t)o * layer->n_in;
-            for (int32_t a = 0; a < n; a++) {
-                size_t at = (size_t)a * ws->width;
-                double delta = g[at + o] * activate_deriv(layer->activation, z[at + o]);
-                double* ga = gin + at;
-                for (int32_t k = 0; k < layer->n_in; k++) ga[k] += delta * (double)w[k];
+            double delta[CHUNK];
+            for (int32_t a = 0; a < n; a++)
+                delta[a] = g[(size_t)o * CHUNK + a] * activate_deriv(layer->activation, z[(size_t)o * CHUNK + a]);
+            for (int32_t k = 0; k < layer->n_in; k++) {
+                const double wk = w[k];
+                double* gk = gin + (size_t)k * CHUNK;
+                for (int32_t a = 0; a < n; a++) gk[a] += delta[a] * wk;
             }
         }
         double* t = g;
@@ -330,6 +338,7 @@ static void free_workspace(workspace* ws) {
     free(ws->grad_a);
     free(ws->grad_b);
     free(ws->daev);
+    free(ws->atom);
 }
 
 static nnp_status alloc_workspace(const nnp_model* model, workspace* ws) {
@@ -344,10 +353,10 @@ static nnp_status alloc_workspace(const nnp_model* model, workspace* ws) {
     ws->width = width;
     size_t bytes = (size_t)CHUNK * (size_t)width * sizeof(double);
     int ok = 1;
-    for (int32_t l = 0; l <= layers; l++) ok = ok && (ws->act[l] = malloc(bytes)) != NULL;
-    for (int32_t l = 0; l < layers; l++) ok = ok && (ws->pre[l] = malloc(bytes)) != NULL;
-    ok = ok && (ws->grad_a = malloc(bytes)) != NULL && (ws->grad_b = malloc(bytes)) != NULL &&
-         (ws->daev = malloc(bytes)) != NULL;
+    for (int32_t l = 0; l <= layers; l++) ok = ok && (ws->act[l] = calloc(1, bytes)) != NULL;
+    for (int32_t l = 0; l < layers; l++) ok = ok && (ws->pre[l] = calloc(1, bytes)) != NULL;
+    ok = ok && (ws->grad_a = calloc(1, bytes)) != NULL && (ws->grad_b = calloc(1, bytes)) != NULL &&
+         (ws->daev = calloc(1, bytes)) != NULL && (ws->atom = calloc((size_t)width, sizeof(double))) != NULL;
     if (!ok) {
         free_workspace(ws);
         return nnp_fail(NNP_ERR_MEMORY, "out of memory for the network workspace");
@@ -356,6 +365,84 @@ static nnp_status alloc_workspace(const nnp_model* model, workspace* ws) {
 }
 
 /* ------------------------------------------------------------------ evaluation */
+
+/*
+ * Work is split into chunks of up to CHUNK atoms of one element, in a fixed order (element, then
+ * atom index). Threads take chunks from a shared counter; each chunk writes only its own atoms'
+ * energies and its own slots of per-atom force contributions (`local`). The contributions are then
+ * added to the forces by one thread in chunk order, so the result is the same for any number of
+ * threads, and the same for a molecule alone or among other batches.
+ */
+typedef struct eval_job {
+    const nnp_model* model;
+    const nnp_plan* plan;
+    const neighbor_list* nl;
+    const int32_t* order;      /* atoms sorted by element, index order within */
+    const nnp_chunk* chunks;
+    int32_t n_chunks;
+    int32_t m_first, m_last;
+    int with_forces;
+    double* atom_e;            /* per atom, network energy (Hartree) */
+    double* local;             /* per atom i: 3 × (1 + neighbours) values, from local_start[i] */
+    const size_t* local_start;
+    atomic_int next;
+    workspace* ws;             /* one per thread */
+} eval_job;
+
+static void run_chunks(eval_job* job, workspace* ws) {
+    const nnp_model* model = job->model;
+    const size_t A = (size_t)model->aev_length;
+    const double scale = 1.0 / (job->m_last - job->m_first);
+    double out[CHUNK];
+    for (;;) {
+        int32_t ci = atomic_fetch_add(&job->next, 1);
+        if (ci >= job->n_chunks) break;
+        const nnp_chunk* ch = &job->chunks[ci];
+        const int32_t* atoms = job->order + ch->first;
+        for (int32_t a = 0; a < ch->count; a++) {
+            memset(ws->atom, 0, A * sizeof(double));
+            compute_aev(model, job->plan, job->nl, atoms[a], ws->atom);
+            for (size_t k = 0; k < A; k++) ws->act[0][k * CHUNK + (size_t)a] = ws->atom[k];
+        }
+        if (job->with_forces) memset(ws->daev, 0, A * CHUNK * sizeof(double));
+        for (int32_t m = job->m_first; m < job->m_last; m++) {
+            const nnp_network* net = &model->networks[m * model->n_elements + ch->element];
+            network_forward(net, ws, ch->count, out);
+            for (int32_t a = 0; a < ch->count; a++) job->atom_e[atoms[a]] += out[a] * scale;
+            if (job->with_forces) network_backward(net, ws, ch->count, scale, ws->daev);
+        }
+        if (job->with_forces)
+            for (int32_t a = 0; a < ch->count; a++) {
+                for (size_t k = 0; k < A; k++) ws->atom[k] = ws->daev[k * CHUNK + (size_t)a];
+                aev_backward(model, job->plan, job->nl, atoms[a], ws->atom, job->local + job->local_start[atoms[a]]);
+            }
+    }
+}
+
+typedef struct worker_arg {
+    eval_job* job;
+    workspace* ws;
+} worker_arg;
+
+static void* worker_main(void* arg) {
+    worker_arg* w = arg;
+    run_chunks(w->job, w->ws);
+    return NULL;
+}
+
+static int32_t default_threads(void) {
+    const char* env = getenv("NNP_NUM_THREADS");
+    long n = env && env[0] ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > NNP_MAX_THREADS ? NNP_MAX_THREADS : (int32_t)n;
+}
+
+nnp_status nnp_plan_set_num_threads(nnp_plan* plan, int32_t n_threads) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_num_threads: plan is NULL");
+    if (n_threads < 0 || n_threads > NNP_MAX_THREADS)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "thread count %d is not in 0..%d", n_threads, NNP_MAX_THREADS);
+    plan->n_threads = n_threads;
+    return NNP_OK;
+}
 
 nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const double* box, double* energy,
                             double* batch_energies, double* forces) {
@@ -375,50 +462,66 @@ nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const doubl
         if (st != NNP_OK) return st;
         for (int k = 0; k < 9; k++) box_a[k] = box[k] * to_angstrom;
     }
-    double* pos = malloc(((size_t)3 * n + 1) * sizeof *pos);
+    for (int32_t i = 0; i < 3 * n; i++) plan->pos[i] = positions[i] * to_angstrom;
+    neighbor_list nl = {0};
+    nnp_status st = build_neighbors(plan, plan->pos, box ? box_a : NULL, &nl);
+    if (st != NNP_OK) return st;
+
+    /* Chunks: atoms grouped by element, index order within an element. */
+    int32_t n_chunks = 0, filled = 0;
+    for (int32_t e = 0; e < model->n_elements; e++) {
+        int32_t first = filled;
+        for (int32_t i = 0; i < n; i++)
+            if (plan->elements[i] == e) plan->by_element[filled++] = i;
+        for (int32_t c0 = first; c0 < filled; c0 += CHUNK)
+            plan->chunks[n_chunks++] = (nnp_chunk){e, c0, filled - c0 < CHUNK ? filled - c0 : CHUNK};
+    }
+    int32_t n_threads = plan->n_threads > 0 ? plan->n_threads : default_threads();
+    if (n_threads > n_chunks) n_threads = n_chunks > 0 ? n_chunks : 1;
+    size_t n_local = forces ? 3 * ((size_t)nl.start[n] + (size_t)n) : 0;
+    size_t* local_start = forces ? malloc(((size_t)n + 1) * sizeof *local_start) : NULL;
+    double* local = forces ? calloc(n_local + 1, sizeof *local) : NULL;
     double* atom_e = calloc((size_t)n + 1, sizeof *atom_e);
-    double* grad = forces ? calloc((size_t)3 * n + 1, sizeof *grad) : NULL;
-    int32_t* members = malloc(((size_t)n + 1) * sizeof *members);
     double* per_batch = calloc((size_t)plan->n_batches + 1, sizeof *per_batch);
-    if (pos == NULL || atom_e == NULL || (forces && grad == NULL) || members == NULL || per_batch == NULL) {
-        free(pos), free(atom_e), free(grad), free(members), free(per_batch);
+    workspace* ws = calloc((size_t)n_threads, sizeof *ws);
+    int ok = atom_e && per_batch && ws && (!forces || (local && local_start));
+    for (int32_t t = 0; ok && t < n_threads; t++) ok = alloc_workspace(model, &ws[t]) == NNP_OK;
+    if (!ok) {
+        for (int32_t t = 0; ws && t < n_threads; t++) free_workspace(&ws[t]);
+        free(ws), free(local), free(local_start), free(atom_e), free(per_batch), free(nl.start), free(nl.items);
         return nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms", n);
     }
-    for (int32_t i = 0; i < 3 * n; i++) pos[i] = positions[i] * to_angstrom;
-    neighbor_list nl = {0};
-    workspace ws;
-    nnp_status st = build_neighbors(plan, pos, box ? box_a : NULL, &nl);
-    if (st == NNP_OK) st = alloc_workspace(model, &ws);
-    if (st != NNP_OK) {
-        free(nl.start), free(nl.items);
-        free(pos), free(atom_e), free(grad), free(members), free(per_batch);
-        return st;
+    for (int32_t i = 0; forces && i < n; i++) local_start[i] = 3 * ((size_t)nl.start[i] + (size_t)i);
+
+    eval_job job = {.model = model, .plan = plan, .nl = &nl, .order = plan->by_element, .chunks = plan->chunks,
+                    .n_chunks = n_chunks, .m_first = plan->member < 0 ? 0 : plan->member,
+                    .m_last = plan->member < 0 ? model->n_members : plan->member + 1, .with_forces = forces != NULL,
+                    .atom_e = atom_e, .local = local, .local_start = local_start, .ws = ws};
+    atomic_init(&job.next, 0);
+    pthread_t threads[NNP_MAX_THREADS];
+    worker_arg args[NNP_MAX_THREADS];
+    int32_t started = 0;
+    for (int32_t t = 1; t < n_threads; t++) {
+        args[t] = (worker_arg){&job, &ws[t]};
+        if (pthread_create(&threads[t], NULL, worker_main, &args[t]) != 0) break; /* the others take over */
+        started = t;
     }
-    double* daev = ws.daev;
-    const int32_t m_first = plan->member < 0 ? 0 : plan->member;
-    const int32_t m_last = plan->member < 0 ? model->n_members : plan->member + 1;
-    const double scale = 1.0 / (m_last - m_first);
-    const size_t W = (size_t)ws.width, A = (size_t)model->aev_length;
-    double out[CHUNK];
-    for (int32_t e = 0; e < model->n_elements; e++) {
-        int32_t count = 0;
-        for (int32_t i = 0; i < n; i++)
-            if (plan->elements[i] == e) members[count++] = i;
-        for (int32_t c0 = 0; c0 < count; c0 += CHUNK) {
-            int32_t c = count - c0 < CHUNK ? count - c0 : CHUNK;
-            for (int32_t a = 0; a < c; a++) {
-                memset(ws.act[0] + a * W, 0, A * sizeof(double));
-                compute_aev(model, plan, &nl, members[c0 + a], ws.act[0] + a * W);
+    run_chunks(&job, &ws[0]);
+    for (int32_t t = 1; t <= started; t++) pthread_join(threads[t], NULL);
+
+    /* Forces: every atom's contributions, added in chunk order. */
+    double* grad = NULL;
+    if (forces) {
+        grad = calloc((size_t)3 * n + 1, sizeof *grad);
+        if (grad == NULL) st = nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms", n);
+        for (int32_t p = 0; grad && p < n; p++) {
+            int32_t i = plan->by_element[p];
+            const double* l = local + local_start[i];
+            for (int k = 0; k < 3; k++) grad[3 * i + k] += l[k];
+            for (int32_t a = 0; a < nl.start[i + 1] - nl.start[i]; a++) {
+                int32_t j = nl.items[nl.start[i] + a].j;
+                for (int k = 0; k < 3; k++) grad[3 * j + k] += l[3 * (1 + a) + k];
             }
-            if (forces) memset(daev, 0, (size_t)c * W * sizeof *daev);
-            for (int32_t m = m_first; m < m_last; m++) {
-                const nnp_network* net = &model->networks[m * model->n_elements + e];
-                network_forward(net, &ws, c, out);
-                for (int32_t a = 0; a < c; a++) atom_e[members[c0 + a]] += out[a] * scale;
-                if (forces) network_backward(net, &ws, c, scale, daev);
-            }
-            if (forces)
-                for (int32_t a = 0; a < c; a++) aev_backward(model, plan, &nl, members[c0 + a], daev + a * W, grad);
         }
     }
     /* Per-batch reduction, in atom index order: E_b = Σ (e_i + self energy); E = Σ_b E_b. */
@@ -427,17 +530,16 @@ nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const doubl
         per_batch[plan->batches[i]] += (atom_e[i] + model->self_energies[plan->elements[i]]) * energy_unit;
     for (int32_t b = 0; b < plan->n_batches; b++) total += per_batch[b];
     int finite = isfinite(total);
-    for (int32_t i = 0; forces && finite && i < 3 * n; i++) finite = isfinite(grad[i]);
-    if (finite) {
+    for (int32_t i = 0; grad && finite && i < 3 * n; i++) finite = isfinite(grad[i]);
+    if (st == NNP_OK && !finite)
+        st = nnp_fail(NNP_ERR_NONFINITE, "the model gave a non-finite energy or force for these coordinates");
+    if (st == NNP_OK) {
         if (energy != NULL) *energy = total;
         if (batch_energies != NULL) memcpy(batch_energies, per_batch, (size_t)plan->n_batches * sizeof *per_batch);
         if (forces != NULL)
             for (int32_t i = 0; i < 3 * n; i++) forces[i] = -grad[i] * energy_unit * to_angstrom;
-    } else {
-        st = nnp_fail(NNP_ERR_NONFINITE, "the model gave a non-finite energy or force for these coordinates");
     }
-    free_workspace(&ws);
-    free(nl.start), free(nl.items);
-    free(pos), free(atom_e), free(grad), free(members), free(per_batch);
+    for (int32_t t = 0; t < n_threads; t++) free_workspace(&ws[t]);
+    free(ws), free(local), free(local_start), free(atom_e), free(per_batch), free(grad), free(nl.start), free(nl.items);
     return st;
 }

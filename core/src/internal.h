@@ -13,6 +13,7 @@
 #define NNP_MAX_MEMBERS 64    /* ensemble members */
 #define NNP_MAX_WIDTH 16384   /* neurons per layer, and AEV length */
 #define NNP_MAX_BATCHES (1 << 26)
+#define NNP_MAX_THREADS 64
 
 /* Activation codes of the NeuroChem files. */
 #define NNP_ACT_LINEAR 6
@@ -50,6 +51,11 @@ struct nnp_model {
     int32_t pair_index[NNP_MAX_ELEMENTS][NNP_MAX_ELEMENTS]; /* angular block of an element pair */
 };
 
+/* A chunk of the CPU evaluation: up to CHUNK atoms of one element (cpu.c). */
+typedef struct nnp_chunk {
+    int32_t element, first, count; /* atoms by_element[first .. first+count) */
+} nnp_chunk;
+
 struct nnp_plan {
     const nnp_model* model;
     nnp_units units;
@@ -61,6 +67,11 @@ struct nnp_plan {
     int32_t* batches;
     int32_t* order;       /* atoms sorted by batch, stable (index order within a batch) */
     int32_t* batch_start; /* n_batches + 1 offsets into order */
+    int32_t n_threads;    /* CPU evaluation threads; 0: NNP_NUM_THREADS or all cores */
+    /* CPU evaluation scratch, sized with the atoms */
+    double* pos;          /* 3 × n_atoms, Å */
+    int32_t* by_element;  /* atoms sorted by element */
+    nnp_chunk* chunks;    /* at most n_atoms + n_elements */
 };
 
 /* Records a message for nnp_last_error() and returns status. printf-style. */

@@ -62,6 +62,18 @@ int main(void) {
             forces_equal &= f[3 * i + c] == single_f[mol_of[i]][3 * atom_of[i] + c];
     CHECK(forces_equal);
 
+    /* The thread count changes nothing. */
+    double* f1 = malloc(sizeof(double) * 3 * (size_t)total);
+    double e1, be1[2 * NMOL];
+    for (int32_t threads = 1; threads <= 5; threads += 2) {
+        CHECK_OK(nnp_plan_set_num_threads(plan, threads));
+        CHECK_OK(nnp_evaluate_cpu(plan, pos, NULL, &e1, be1, f1));
+        CHECK(e1 == e && memcmp(be1, be, sizeof be) == 0 && memcmp(f1, f, sizeof(double) * 3 * (size_t)total) == 0);
+    }
+    CHECK_FAILS(nnp_plan_set_num_threads(plan, -1), NNP_ERR_INVALID_ARGUMENT, "thread count -1");
+    CHECK_OK(nnp_plan_set_num_threads(plan, 0));
+    free(f1);
+
     /* Move molecule 1 far away, then onto molecule 4: no other batch changes at all. */
     double be2[2 * NMOL];
     for (int pass = 0; pass < 2; pass++) {
