@@ -21,7 +21,6 @@ if(NOT OPENMM_DIR OR NOT EXISTS "${OPENMM_DIR}/include/OpenMM.h")
                       "and lib/), or Python3_EXECUTABLE to a Python that has the openmm package "
                       "(scripts/setup.sh makes one), or configure with -DNNP_BUILD_OPENMM=OFF.")
 endif()
-set(OPENMM_DIR "${OPENMM_DIR}" CACHE PATH "OpenMM installation (include/, lib/)" FORCE)
 set(OPENMM_LIB_DIR "${OPENMM_DIR}/lib")
 find_library(OPENMM_LIBRARY OpenMM PATHS "${OPENMM_LIB_DIR}" NO_DEFAULT_PATH REQUIRED)
 add_library(OpenMM::OpenMM SHARED IMPORTED)

@@ -8,10 +8,11 @@ say() { printf '\033[1m[fuzz]\033[0m %s\n' "$*"; }
 if [ "$seconds" = "0" ]; then say "skipped (0 seconds)"; exit 0; fi
 shared="${NNP_SHARED_DIR:-$root/../shared}"
 out="$root/build-fuzz"
+mkdir -p "$out"
 CC=clang cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=Debug -DNNP_BUILD_FUZZER=ON \
-  -DNNP_SHARED_DIR="$shared" > "$out.configure.log" 2>&1 || { cat "$out.configure.log"; exit 1; }
-cmake --build "$out" --target fuzz_model make_seeds -j "$(nproc)" > "$out.build.log" 2>&1 \
-  || { cat "$out.build.log"; exit 1; }
+  -DNNP_SHARED_DIR="$shared" > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
+cmake --build "$out" --target fuzz_model make_seeds -j "$(nproc)" > "$out/build.log" 2>&1 \
+  || { cat "$out/build.log"; exit 1; }
 mkdir -p "$out/seeds" "$out/corpus" "$out/crashes"
 "$out/core/fuzz/make_seeds" "$out/seeds" "$shared/models/ani-model-zoo"
 say "fuzzing the model parsers for $seconds s"

@@ -1,0 +1,163 @@
+"""The main job: a batched ANI simulation of many drug-like molecules in one OpenMM System.
+
+    python -m openmmnnp.simulate [--molecules DIR] [--model PATH] [--count N] [--steps N] ...
+
+Each XYZ file becomes one batch. The System is energy-minimised, then run with Langevin dynamics on
+the fastest platform available; a progress line shows speed and time left; at the end every
+molecule's energy and the speed (ns/day, molecule-steps/s, atom-steps/s) are printed.
+"""
+import argparse
+import glob
+import os
+import sys
+import time
+
+import openmm
+from openmm import unit
+
+# Molecules, MD steps and minimiser iterations that keep a default run near a minute on each platform.
+DEFAULTS = {"CUDA": (837, 2000, 500), "CPU": (8, 200, 40), "Reference": (2, 20, 10)}
+
+
+def sharedDirectory():
+    """$NNP_SHARED_DIR, else a 'shared' folder beside any parent of the working directory."""
+    env = os.environ.get("NNP_SHARED_DIR")
+    if env:
+        return env
+    here = os.getcwd()
+    while True:
+        candidate = os.path.join(os.path.dirname(here), "shared")
+        if os.path.isdir(os.path.join(candidate, "models")):
+            return candidate
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def fastestPlatform(requested):
+    if requested:
+        return openmm.Platform.getPlatformByName(requested)
+    names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
+    for name in ("CUDA", "CPU", "Reference"):
+        if name in names:
+            return openmm.Platform.getPlatformByName(name)
+    raise openmm.OpenMMException("no usable OpenMM platform")
+
+
+class Progress:
+    """Prints step, percent done, speed and time left, at most twice a second."""
+
+    def __init__(self, total, dt, molecules, atoms):
+        self.total, self.dt, self.molecules, self.atoms = total, dt, molecules, atoms
+        self.start = time.perf_counter()
+        self.last = 0.0
+        self.tty = sys.stderr.isatty()
+
+    def update(self, step, energy, final=False):
+        now = time.perf_counter()
+        if not final and now - self.last < 0.5:
+            return
+        self.last = now
+        elapsed = now - self.start
+        rate = step / elapsed if elapsed > 0 else 0.0
+        nsday = rate * self.dt * 86400 / 1e6  # dt in fs
+        left = (self.total - step) / rate if rate > 0 else float("nan")
+        line = (f"step {step:>7}/{self.total} {100 * step / self.total:5.1f}%  {nsday:8.3f} ns/day  "
+                f"{rate * self.molecules:10.1f} molecule-steps/s  E = {energy:14.3f} kJ/mol  {left:6.0f} s left")
+        print(("\r" if self.tty else "") + line, end="\n" if final or not self.tty else "", file=sys.stderr, flush=True)
+
+
+def main(argv=None):
+    from . import NNPForce, createSystemFromXYZ, pluginLoadFailures
+    shared = sharedDirectory()
+    parser = argparse.ArgumentParser(prog="python -m openmmnnp.simulate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--molecules", help="folder of XYZ files, one molecule each (default: shared/molecules/druglike)")
+    parser.add_argument("--model", help="ANI model: NeuroChem .info or .nnpm (default: ANI-2x from shared/models)")
+    parser.add_argument("--count", type=int, help="number of molecules (default: sized for the platform)")
+    parser.add_argument("--steps", type=int, help="MD steps (default: sized for the platform)")
+    parser.add_argument("--platform", help="OpenMM platform (default: the fastest: CUDA, CPU, Reference)")
+    parser.add_argument("--timestep", type=float, default=0.5, help="fs (default 0.5)")
+    parser.add_argument("--temperature", type=float, default=300.0, help="K (default 300)")
+    parser.add_argument("--friction", type=float, default=1.0, help="1/ps (default 1)")
+    parser.add_argument("--minimize", type=int, help="minimiser iterations (default: sized for the platform; 0 skips)")
+    parser.add_argument("--energies", help="write per-molecule energies every 100 steps to this CSV file")
+    parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    args = parser.parse_args(argv)
+
+    model = args.model or (shared and os.path.join(shared, "models", "ani-model-zoo", "ani-2x_8x.info"))
+    if not model or not os.path.exists(model):
+        sys.exit(f"No ANI model at {model!r}. Pass --model PATH (an ANI model zoo .info file such as "
+                 "ani-2x_8x.info, or an .nnpm file made by nnp-convert), or set NNP_SHARED_DIR to the "
+                 "folder that holds models/ani-model-zoo/.")
+    folder = args.molecules or (shared and os.path.join(shared, "molecules", "druglike"))
+    files = sorted(glob.glob(os.path.join(folder, "*.xyz"))) if folder else []
+    if not files:
+        sys.exit(f"No XYZ files in {folder!r}. Pass --molecules FOLDER (XYZ files, one molecule each), or set "
+                 "NNP_SHARED_DIR to the folder that holds molecules/druglike/.")
+    platform = fastestPlatform(args.platform)
+    count, steps, iterations = DEFAULTS.get(platform.getName(), (4, 100, 20))
+    count = min(args.count or count, len(files))
+    steps = args.steps if args.steps is not None else steps
+    iterations = args.minimize if args.minimize is not None else iterations
+
+    system, topology, positions, force, molecules = createSystemFromXYZ(model, files[:count])
+    atoms = system.getNumParticles()
+    print(f"openmmnnp: {count} molecules ({atoms} atoms) with {force.getModelName()} "
+          f"({force.getNumEnsembleMembers()}-member ensemble) on the {platform.getName()} platform", flush=True)
+    for failure in pluginLoadFailures():
+        if "NNP" in failure:
+            print(f"  note: {failure}", file=sys.stderr)
+    dt = args.timestep * unit.femtosecond
+    integrator = openmm.LangevinMiddleIntegrator(args.temperature * unit.kelvin, args.friction / unit.picosecond, dt)
+    integrator.setRandomNumberSeed(args.seed)
+    context = openmm.Context(system, integrator, platform)
+    context.setPositions(positions)
+
+    e0 = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+    if iterations > 0:
+        t = time.perf_counter()
+        openmm.LocalEnergyMinimizer.minimize(context, 1.0, iterations)
+        e1 = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+        print(f"minimised: {e0:.3f} -> {e1:.3f} kJ/mol ({e1 - e0:+.3f}) in {time.perf_counter() - t:.1f} s", flush=True)
+    context.setVelocitiesToTemperature(args.temperature * unit.kelvin, args.seed)
+
+    csv = open(args.energies, "w") if args.energies else None
+    if csv:
+        print("step," + ",".join(m.name for m in molecules), file=csv)
+    integrator.step(1)  # warm-up outside the timing
+    progress = Progress(steps, args.timestep, count, atoms)
+    start = time.perf_counter()
+    done = 0
+    chunk = max(1, min(100, steps // 20 or 1))
+    while done < steps:
+        n = min(chunk, steps - done)
+        integrator.step(n)
+        done += n
+        state = context.getState(getEnergy=True)
+        progress.update(done, state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole), final=done == steps)
+        if csv and done % 100 == 0:
+            energies = force.getBatchEnergies(context).value_in_unit(unit.kilojoule_per_mole)
+            print(f"{done}," + ",".join(f"{e:.6f}" for e in energies), file=csv, flush=True)
+    elapsed = time.perf_counter() - start
+    if csv:
+        csv.close()
+
+    energies = force.getBatchEnergies(context).value_in_unit(unit.kilojoule_per_mole)
+    shown = molecules if len(molecules) <= 20 else molecules[:10] + molecules[-5:]
+    print(f"\n{'molecule':<24}{'atoms':>6}{'energy (kJ/mol)':>22}{'energy (Hartree)':>20}")
+    for mol in shown:
+        k = molecules.index(mol)
+        print(f"{mol.name:<24}{len(mol.elements):>6}{energies[k]:>22.4f}{energies[k] / 2625.4996387552483:>20.8f}")
+    if len(shown) < len(molecules):
+        print(f"... ({len(molecules) - len(shown)} more; --energies FILE writes them all)")
+    if steps > 0 and elapsed > 0:
+        rate = steps / elapsed
+        print(f"\nspeed: {rate * args.timestep * 86400 / 1e6:.4f} ns/day at {args.timestep} fs, {1e6 / rate:.1f} µs/step, "
+              f"{rate * count:.1f} molecule-steps/s, {rate * atoms:.0f} atom-steps/s "
+              f"({steps} steps in {elapsed:.1f} s, {platform.getName()} platform)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""NNPForce from Python: values, units, batches, errors."""
+import math
+import os
+import shutil
+
+import openmm
+import pytest
+from openmm import app, unit
+
+import openmmnnp
+from conftest import ANI1X, ANI2X, HARTREE, drug
+
+METHANE = [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 0), (0.5, 0.5, 0.5)]
+
+
+def methane_system(model=ANI1X):
+    system = openmm.System()
+    force = openmmnnp.NNPForce(model)
+    for z in (1, 1, 1, 1, 6):
+        force.addAtom(system.addParticle(1.0), z, 0)
+    system.addForce(force)
+    return system, force, [openmm.Vec3(*p) * 0.1 for p in METHANE] * unit.nanometer
+
+
+def context_for(system, positions, platform):
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), platform)
+    context.setPositions(positions)
+    return context
+
+
+def test_methane_published_value(platform):
+    system, force, positions = methane_system()
+    force.setEnsembleMember(0)
+    context = context_for(system, positions, platform)
+    energy = context.getState(getEnergy=True).getPotentialEnergy()
+    assert energy.unit == unit.kilojoule_per_mole
+    assert abs(energy.value_in_unit(unit.kilojoule_per_mole) / HARTREE + 40.277153758433975) < 1e-9
+    batches = force.getBatchEnergies(context)
+    assert batches.unit == unit.kilojoule_per_mole
+    assert batches.value_in_unit(unit.kilojoule_per_mole) == [energy.value_in_unit(unit.kilojoule_per_mole)]
+
+
+def test_api_and_elements():
+    force = openmmnnp.NNPForce(ANI2X)
+    assert force.getModelName() == "ani-2x_8x"
+    assert force.getNumEnsembleMembers() == 8
+    assert force.getSupportedElements() == [1, 6, 7, 8, 16, 9, 17]
+    assert force.getCutoff().value_in_unit(unit.nanometer) == pytest.approx(0.51)
+    assert force.addAtom(3, app.element.chlorine, 4) == 0
+    assert force.getAtomParameters(0) == [3, 17, 4]
+    assert force.getNumBatches() == 5
+    force.setAtomParameters(0, 2, app.element.sulfur, 1)
+    assert force.getAtomParameters(0) == [2, 16, 1]
+    assert force.getEnsembleMember() == -1
+    force.setUsesPeriodicBoundaryConditions(True)
+    assert force.usesPeriodicBoundaryConditions()
+    assert isinstance(force, openmm.Force)
+
+
+def test_batches_match_single_molecules():
+    mols = [openmmnnp.readXYZ(drug(n)) for n in ("0001", "0030")]
+    system, _, positions, force, _ = openmmnnp.createSystemFromXYZ(ANI2X, [drug("0001"), drug("0030")])
+    context = context_for(system, positions, openmm.Platform.getPlatformByName("Reference"))
+    together = force.getBatchEnergies(context).value_in_unit(unit.kilojoule_per_mole)
+    for k, mol in enumerate(mols):
+        s, _, p, f, _ = openmmnnp.createSystemFromXYZ(ANI2X, [drug(("0001", "0030")[k])])
+        alone = context_for(s, p, openmm.Platform.getPlatformByName("Reference")).getState(getEnergy=True)
+        assert together[k] == pytest.approx(alone.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole), rel=1e-13)
+    total = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+    assert total == pytest.approx(sum(together), rel=1e-13)
+
+
+def test_errors_are_openmm_exceptions(tmp_path):
+    with pytest.raises(openmm.OpenMMException, match="cannot open model file"):
+        openmmnnp.NNPForce(str(tmp_path / "missing.nnpm"))
+    # A truncated copy of the model in the project's own format.
+    force = openmmnnp.NNPForce(ANI1X)
+    assert force.getModelPath() == ANI1X
+    converted = tmp_path / "ani1x.nnpm"
+    converter = os.path.join(os.path.dirname(openmmnnp.__file__), "..", "..", "core", "nnp-convert")
+    if os.path.exists(converter):
+        os.system(f"{converter} {ANI1X} {converted} > /dev/null")
+        data = converted.read_bytes()
+        assert openmmnnp.NNPForce(str(converted)).getModelName() == "ani-1x_8x"
+        (tmp_path / "cut.nnpm").write_bytes(data[: len(data) // 2])
+        with pytest.raises(openmm.OpenMMException, match="truncated"):
+            openmmnnp.NNPForce(str(tmp_path / "cut.nnpm"))
+    with pytest.raises(openmm.OpenMMException, match="element S"):
+        force.addAtom(0, 16, 0)
+    with pytest.raises(openmm.OpenMMException, match="batch index -1"):
+        force.addAtom(0, 6, -1)
+    with pytest.raises(openmm.OpenMMException, match="atomic number or openmm.app.Element"):
+        force.addAtom(0, "C", 0)
+    with pytest.raises(openmm.OpenMMException, match="ensemble member 9"):
+        force.setEnsembleMember(9)
+    with pytest.raises(openmm.OpenMMException, match="out of range"):
+        force.getAtomParameters(0)
+    # Particle out of range: reported when the Context is created.
+    system = openmm.System()
+    system.addParticle(1.0)
+    force.addAtom(5, 6, 0)
+    system.addForce(force)
+    with pytest.raises(openmm.OpenMMException, match="refers to particle 5"):
+        openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    # NaN coordinates.
+    system, force, positions = methane_system()
+    context = context_for(system, positions, openmm.Platform.getPlatformByName("Reference"))
+    bad = positions.value_in_unit(unit.nanometer)
+    bad[2] = openmm.Vec3(math.nan, 0, 0)
+    context.setPositions(bad)
+    with pytest.raises(openmm.OpenMMException, match="not finite"):
+        force.getBatchEnergies(context)
+
+
+def test_cast_and_isinstance():
+    system, force, _ = methane_system()
+    generic = system.getForce(0)
+    assert openmmnnp.NNPForce.isinstance(generic)
+    assert openmmnnp.NNPForce.cast(generic).getNumAtoms() == 5
+    bonds = openmm.HarmonicBondForce()
+    assert not openmmnnp.NNPForce.isinstance(bonds)
+    with pytest.raises(openmm.OpenMMException, match="not an NNPForce"):
+        openmmnnp.NNPForce.cast(bonds)
+
+
+def test_plugin_loaded():
+    assert not [f for f in openmmnnp.NNPForce.getPluginLoadFailures() if "Reference" in f]
+    names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
+    assert "Reference" in names and "CPU" in names

@@ -1,0 +1,77 @@
+"""Topology and XYZ helpers, the batch energy reporter, the main job."""
+import csv
+import io
+import subprocess
+import sys
+
+import openmm
+import pytest
+from openmm import app, unit
+
+import openmmnnp
+from conftest import ANI1X, ANI2X, SHARED, drug
+
+
+def test_read_xyz():
+    mol = openmmnnp.readXYZ(drug("0030"))
+    assert mol.name == "drugbank-0030" and len(mol.elements) == 22
+    assert mol.elements[0] == app.element.carbon and mol.box is None
+    assert mol.positions[0][0].value_in_unit(unit.nanometer) == pytest.approx(0.176890)
+    cell = openmmnnp.readXYZ(f"{SHARED}/molecules/misc/tight_cell.xyz")
+    assert cell.box[0][0].value_in_unit(unit.nanometer) == pytest.approx(1.57)
+
+
+def test_read_xyz_errors(tmp_path):
+    bad = tmp_path / "bad.xyz"
+    bad.write_text("3\ncomment\nC 0 0 0\n")
+    with pytest.raises(openmm.OpenMMException, match="3 atoms announced, 1 lines follow"):
+        openmmnnp.readXYZ(str(bad))
+    bad.write_text("1\n\nQq 0 0 0\n")
+    with pytest.raises(openmm.OpenMMException, match="unknown element 'Qq'"):
+        openmmnnp.readXYZ(str(bad))
+
+
+def test_force_from_topology():
+    topology = app.Topology()
+    for c in range(2):
+        chain = topology.addChain()
+        residue = topology.addResidue("MOL", chain)
+        atoms = [topology.addAtom(f"A{i}", e, residue) for i, e in enumerate([app.element.carbon, app.element.hydrogen, app.element.oxygen])]
+        topology.addBond(atoms[0], atoms[1])  # atom 2 is unbonded: its own molecule
+    force = openmmnnp.createForceFromTopology(ANI1X, topology)
+    assert [force.getAtomParameters(i)[2] for i in range(6)] == [0, 0, 0, 1, 1, 1]
+    assert [force.getAtomParameters(i)[1] for i in range(3)] == [6, 1, 8]
+    force = openmmnnp.createForceFromTopology(ANI1X, topology, batches="molecule")
+    assert [force.getAtomParameters(i)[2] for i in range(6)] == [0, 0, 1, 2, 2, 3]
+    force = openmmnnp.createForceFromTopology(ANI1X, topology, atoms=[3, 4, 5], batches=[7, 7, 2])
+    assert [force.getAtomParameters(i) for i in range(3)] == [[3, 6, 7], [4, 1, 7], [5, 8, 2]]
+    assert not force.usesPeriodicBoundaryConditions()
+    with pytest.raises(openmm.OpenMMException, match="batches must be"):
+        openmmnnp.createForceFromTopology(ANI1X, topology, batches="atom")
+
+
+def test_reporter():
+    system, topology, positions, force, _ = openmmnnp.createSystemFromXYZ(ANI2X, [drug("0003"), drug("0001")])
+    integrator = openmm.VerletIntegrator(0.0005)
+    simulation = app.Simulation(topology, system, integrator, openmm.Platform.getPlatformByName("CPU"))
+    simulation.context.setPositions(positions)
+    out = io.StringIO()
+    simulation.reporters.append(openmmnnp.BatchEnergyReporter(out, 2, force))
+    simulation.step(4)
+    rows = list(csv.reader(io.StringIO(out.getvalue())))
+    assert rows[0] == ["#Step", "Time (ps)", "E0 (kJ/mol)", "E1 (kJ/mol)"]
+    assert [r[0] for r in rows[1:]] == ["2", "4"]
+    last = [float(v) for v in rows[-1][2:]]
+    now = force.getBatchEnergies(simulation.context).value_in_unit(unit.kilojoule_per_mole)
+    assert last == pytest.approx(now, abs=1e-5)
+
+
+def test_main_job_runs():
+    result = subprocess.run([sys.executable, "-m", "openmmnnp.simulate", "--count", "2", "--steps", "4",
+                             "--minimize", "2", "--platform", "CPU"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "2 molecules" in result.stdout and "drugbank-0002" in result.stdout
+    assert "ns/day" in result.stdout and "molecule-steps/s" in result.stdout
+    missing = subprocess.run([sys.executable, "-m", "openmmnnp.simulate", "--model", "/nonexistent.info"],
+                             capture_output=True, text=True)
+    assert missing.returncode != 0 and "Pass --model PATH" in missing.stderr
