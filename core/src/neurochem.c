@@ -81,6 +81,13 @@ static int has_nul(const char* text, size_t size) { return memchr(text, '\0', si
 
 /* ------------------------------------------------------------------ constants */
 
+/* x rounded to the nearest float32. The volatile store keeps the rounding: GCC 12 at -O2 drops
+   `x = (float)x` on a struct member (seen with this project's code), which silently changed results. */
+static double round_to_float(double x) {
+    volatile float f = (float)x;
+    return f;
+}
+
 /* Parses "[a,b,c]" into doubles. */
 static nnp_status parse_list(const char* key, const char* value, double* out, int32_t* n) {
     size_t len = strlen(value);
@@ -173,14 +180,12 @@ nnp_status nnp_parse_constants(const char* text, size_t size, nnp_model* model) 
     }
     for (int i = 0; i < K_COUNT; i++)
         if (!seen[i]) return nnp_fail(NNP_ERR_FORMAT, "constants: %s is missing", names[i]);
-    /* NeuroChem trained, and TorchANI evaluates, with these constants as float32: round them so
-       that the double-precision evaluation reproduces the published values exactly. */
-    p->Rcr = (float)p->Rcr;
-    p->Rca = (float)p->Rca;
+    /* TorchANI holds the AEV parameter lists as float32 tensors (the cutoffs stay double): round
+       them so that the double-precision evaluation reproduces the published values exactly. */
     double* lists[] = {p->EtaR, p->ShfR, p->EtaA, p->Zeta, p->ShfA, p->ShfZ};
     int32_t counts[] = {p->nEtaR, p->nShfR, p->nEtaA, p->nZeta, p->nShfA, p->nShfZ};
     for (int l = 0; l < 6; l++)
-        for (int32_t k = 0; k < counts[l]; k++) lists[l][k] = (float)lists[l][k];
+        for (int32_t k = 0; k < counts[l]; k++) lists[l][k] = round_to_float(lists[l][k]);
     return NNP_OK;
 }
 

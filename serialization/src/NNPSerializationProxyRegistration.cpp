@@ -5,7 +5,9 @@
 #include <typeinfo>
 
 /* Registers the XML proxies when the library is loaded, so that XmlSerializer knows NNPForce as
-   soon as any program (C++, C or Python) has loaded libOpenMMNNP. */
+   soon as any program (C++, C or Python) has loaded libOpenMMNNP. OpenMM keeps the pointer for the
+   life of the process, so the proxy is a static object rather than a never-freed allocation. */
 __attribute__((constructor)) static void registerNNPSerializationProxies() {
-    OpenMM::SerializationProxy::registerProxy(typeid(NNPPlugin::NNPForce), new NNPPlugin::NNPForceProxy());
+    static NNPPlugin::NNPForceProxy proxy;
+    OpenMM::SerializationProxy::registerProxy(typeid(NNPPlugin::NNPForce), &proxy);
 }
