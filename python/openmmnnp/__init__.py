@@ -44,6 +44,8 @@ def setAtomParameters(self, index, particle, element, batch):
 NNPForce.addAtom = addAtom
 NNPForce.setAtomParameters = setAtomParameters
 
+NNPForce.getPluginLoadFailures()  # loads the platform libraries now, so platforms report the kernel
+
 
 def pluginLoadFailures():
     """Failures while loading OpenMM's plugins and this plugin's platform libraries."""
