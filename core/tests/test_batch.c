@@ -68,7 +68,8 @@ int main(void) {
     for (int32_t threads = 1; threads <= 5; threads += 2) {
         CHECK_OK(nnp_plan_set_num_threads(plan, threads));
         CHECK_OK(nnp_evaluate_cpu(plan, pos, NULL, &e1, be1, f1));
-        CHECK(e1 == e && memcmp(be1, be, sizeof be) == 0 && memcmp(f1, f, sizeof(double) * 3 * (size_t)total) == 0);
+        CHECK(e1 == e && memcmp(be1, be, sizeof(double) * (2 * NMOL - 1)) == 0 &&
+              memcmp(f1, f, sizeof(double) * 3 * (size_t)total) == 0); /* 2·NMOL−1 batches */
     }
     CHECK_FAILS(nnp_plan_set_num_threads(plan, -1), NNP_ERR_INVALID_ARGUMENT, "thread count -1");
     CHECK_OK(nnp_plan_set_num_threads(plan, 0));
