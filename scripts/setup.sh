@@ -36,9 +36,13 @@ if [ ! -x "$venv/bin/python" ]; then
   mkdir -p "$(dirname "$venv")"
   python3 -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c "import openmm, swig, pytest, numpy; assert openmm.__version__ == '8.6.1'" 2>/dev/null; then
-  say "installing openmm==8.6.1, swig, numpy, pytest from PyPI into $venv"
+cuda_lib="$("$venv/bin/python" -c 'import os, openmm.version as v; print(v.openmm_library_path)' 2>/dev/null)/plugins/libOpenMMCUDA.so"
+if ! "$venv/bin/python" -c "import openmm, swig, pytest, numpy; assert openmm.__version__ == '8.6.1'" 2>/dev/null || [ ! -f "$cuda_lib" ]; then
+  say "installing openmm==8.6.1, openmm-cuda-13==8.6.1, swig, numpy, pytest from PyPI into $venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "openmm==8.6.1" swig numpy pytest
+  # OpenMM's CUDA platform library, to build the plugin's CUDA platform. Without --no-deps pip would
+  # pull several GB of NVIDIA runtime wheels; a GPU machine provides those (see docs/cuda.md).
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps "openmm-cuda-13==8.6.1"
 else
   say "Python environment ready: $venv (OpenMM $("$venv/bin/python" -c 'import openmm; print(openmm.__version__)'))"
 fi

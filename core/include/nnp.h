@@ -156,6 +156,65 @@ NNP_API nnp_status nnp_plan_set_units(nnp_plan* plan, nnp_units units);
 NNP_API nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const double* box,
                                     double* energy, double* batch_energies, double* forces);
 
+/* ---------------------------------------------------------------- CUDA evaluation */
+
+/**
+ * The CUDA evaluation runs on the CUDA context current on the calling thread and on the stream
+ * given; it can be recorded into a CUDA graph (stream capture) and replayed:
+ *  - every buffer is sized, and the atoms uploaded, by an evaluation outside capture (the first
+ *    one, or the first after a change to the plan); only that one waits for the GPU;
+ *  - while the stream is being captured (cuStreamIsCapturing), nothing is allocated, uploaded,
+ *    downloaded, synchronised or loaded; capturing before that first evaluation, or after a change
+ *    that needs new buffers or a new batch count, is refused with NNP_ERR_CAPTURE;
+ *  - errors the GPU finds (non-finite coordinates, a neighbour list over capacity) are reported by
+ *    the next call outside capture that looks: nnp_cuda_batch_energies() or the next evaluation.
+ * Arithmetic: float32 (default) or float64 (nnp_plan_set_cuda_precision); per-atom energies and
+ * the per-batch sums are accumulated in float64; forces are summed as 64-bit fixed point (2^-32),
+ * so results do not depend on the order of the GPU's additions.
+ */
+typedef enum nnp_precision { NNP_PRECISION_SINGLE = 0, NNP_PRECISION_DOUBLE = 1 } nnp_precision;
+typedef enum nnp_positions_format {
+    NNP_POSITIONS_XYZ_DOUBLE = 0, /**< double[3] per particle */
+    NNP_POSITIONS_FLOAT4 = 1,     /**< float4 (x, y, z, unused) per particle, OpenMM single/mixed */
+    NNP_POSITIONS_DOUBLE4 = 2     /**< double4 per particle, OpenMM double */
+} nnp_positions_format;
+typedef enum nnp_forces_format {
+    NNP_FORCES_NONE = 0,       /**< energies only */
+    NNP_FORCES_XYZ_DOUBLE = 1, /**< double[3] per atom of the plan, overwritten */
+    NNP_FORCES_FIXED_POINT = 2 /**< OpenMM's buffer: long long, component c of position index i at
+                                    [i + c·stride], value·2^32, added */
+} nnp_forces_format;
+
+typedef struct nnp_cuda_io {
+    void* stream;                         /**< cudaStream_t / CUstream (NULL: legacy stream, not capturable) */
+    const void* positions;                /**< device pointer, in the plan's length unit */
+    nnp_positions_format positions_format;
+    const int32_t* sorted_particles;      /**< device: particle of each position index (OpenMM's atom
+                                               index array), or NULL if positions are indexed by particle */
+    int32_t n_particles;                  /**< length of sorted_particles */
+    const double* box;                    /**< host: 9 values as for nnp_evaluate_cpu, or NULL */
+    void* forces;                         /**< device pointer (see forces_format), or NULL */
+    nnp_forces_format forces_format;
+    int64_t forces_stride;                /**< NNP_FORCES_FIXED_POINT: component stride */
+    void* energy;                         /**< device: the total energy is added here, or NULL */
+    int energy_is_double;                 /**< energy points to a double (1) or a float (0) */
+} nnp_cuda_io;
+
+/** 1 if the library was built with CUDA and a CUDA device is present, else 0. */
+NNP_API int nnp_cuda_available(void);
+/** Particle index of every atom (positions and forces are indexed by particle). Default: atom i ↔ particle i. */
+NNP_API nnp_status nnp_plan_set_particles(nnp_plan* plan, const int32_t* particles);
+/** Arithmetic of the CUDA evaluation (default NNP_PRECISION_SINGLE). */
+NNP_API nnp_status nnp_plan_set_cuda_precision(nnp_plan* plan, nnp_precision precision);
+/** Evaluates on the GPU, asynchronously on io->stream. */
+NNP_API nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io);
+/**
+ * Per-batch energies of the last CUDA evaluation (nnp_plan_num_batches values, host memory, the
+ * plan's energy unit). Waits for the stream; refused while it is being captured. Also reports
+ * errors the GPU found since the last check.
+ */
+NNP_API nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, double* energies);
+
 /* ---------------------------------------------------------------- XYZ files */
 
 /**

@@ -40,7 +40,7 @@ static double cutoff_deriv(double d, double rc) { return -0.5 * NNP_PI / rc * si
 
 /* ------------------------------------------------------------------ input checks */
 
-static nnp_status check_box(const double* box, double cutoff, double to_angstrom) {
+nnp_status nnp_check_box(const double* box, double cutoff, double to_angstrom) {
     for (int k = 0; k < 9; k++)
         if (!isfinite(box[k])) return nnp_fail(NNP_ERR_NONFINITE, "box vector component %d is not finite", k);
     if (box[1] != 0 || box[2] != 0 || box[5] != 0)
@@ -458,7 +458,7 @@ nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const doubl
                             positions[i]);
     double box_a[9];
     if (box != NULL) {
-        nnp_status st = check_box(box, model->aev.Rcr, to_angstrom);
+        nnp_status st = nnp_check_box(box, model->aev.Rcr, to_angstrom);
         if (st != NNP_OK) return st;
         for (int k = 0; k < 9; k++) box_a[k] = box[k] * to_angstrom;
     }

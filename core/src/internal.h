@@ -4,6 +4,10 @@
 
 #include "nnp.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -72,7 +76,17 @@ struct nnp_plan {
     double* pos;          /* 3 × n_atoms, Å */
     int32_t* by_element;  /* atoms sorted by element */
     nnp_chunk* chunks;    /* at most n_atoms + n_elements */
+    /* CUDA evaluation */
+    int32_t* particles;   /* particle index per atom, or NULL for the identity */
+    int cuda_precision;   /* nnp_precision */
+    int cuda_dirty;       /* atoms, member, units or precision changed since the buffers were made */
+    void* cuda;           /* struct nnp_cuda_state (nnp_cuda.cu), NULL until the first CUDA evaluation */
 };
+
+/* Box checks shared by the CPU and CUDA evaluations (cpu.c). */
+nnp_status nnp_check_box(const double* box, double cutoff, double to_angstrom);
+/* Frees the plan's GPU state (nnp_cuda.cu, or a no-op without CUDA). */
+void nnp_cuda_release(nnp_plan* plan);
 
 /* Records a message for nnp_last_error() and returns status. printf-style. */
 nnp_status nnp_fail(nnp_status status, const char* fmt, ...)
@@ -112,5 +126,9 @@ int nnp_is_nnpm(const void* data, size_t size);
 
 /* File helper: reads a whole file (at most max_size bytes) into a new NUL-terminated buffer. */
 nnp_status nnp_read_file(const char* path, size_t max_size, unsigned char** data, size_t* size);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -11,6 +11,7 @@ nnp_status nnp_plan_create(const nnp_model* model, nnp_plan** out) {
     plan->model = model;
     plan->member = -1;
     plan->units = NNP_UNITS_ANGSTROM_HARTREE;
+    plan->cuda_dirty = 1;
     *out = plan;
     return NNP_OK;
 }
@@ -24,6 +25,8 @@ static void free_atoms(nnp_plan* plan) {
     free(plan->pos);
     free(plan->by_element);
     free(plan->chunks);
+    free(plan->particles);
+    plan->particles = NULL;
     plan->atomic_numbers = plan->elements = plan->batches = plan->order = plan->batch_start = NULL;
     plan->pos = NULL;
     plan->by_element = NULL;
@@ -32,6 +35,7 @@ static void free_atoms(nnp_plan* plan) {
 
 void nnp_plan_free(nnp_plan* plan) {
     if (plan == NULL) return;
+    nnp_cuda_release(plan);
     free_atoms(plan);
     free(plan);
 }
@@ -99,6 +103,7 @@ nnp_status nnp_plan_set_atoms(nnp_plan* plan, int32_t n_atoms, const int32_t* at
     plan->chunks = chunks;
     plan->n_atoms = n_atoms;
     plan->n_batches = n_batches;
+    plan->cuda_dirty = 1;
     return NNP_OK;
 }
 
@@ -111,6 +116,7 @@ nnp_status nnp_plan_set_member(nnp_plan* plan, int32_t member) {
     if (member < -1 || member >= plan->model->n_members)
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "ensemble member %d is not valid: use -1 (mean) or "
                         "0..%d", member, plan->model->n_members - 1);
+    if (plan->member != member) plan->cuda_dirty = 1;
     plan->member = member;
     return NNP_OK;
 }
@@ -119,6 +125,31 @@ nnp_status nnp_plan_set_units(nnp_plan* plan, nnp_units units) {
     if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_units: plan is NULL");
     if (units != NNP_UNITS_ANGSTROM_HARTREE && units != NNP_UNITS_NM_KJMOL)
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "unknown units %d", (int)units);
+    if (plan->units != units) plan->cuda_dirty = 1;
     plan->units = units;
+    return NNP_OK;
+}
+
+nnp_status nnp_plan_set_particles(nnp_plan* plan, const int32_t* particles) {
+    if (plan == NULL || (particles == NULL && plan->n_atoms > 0))
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_particles: NULL argument");
+    for (int32_t i = 0; i < plan->n_atoms; i++)
+        if (particles[i] < 0)
+            return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "atom %d: particle index %d is negative", i, particles[i]);
+    int32_t* copy = malloc(((size_t)plan->n_atoms + 1) * sizeof *copy);
+    if (copy == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    memcpy(copy, particles, (size_t)plan->n_atoms * sizeof *copy);
+    free(plan->particles);
+    plan->particles = copy;
+    plan->cuda_dirty = 1;
+    return NNP_OK;
+}
+
+nnp_status nnp_plan_set_cuda_precision(nnp_plan* plan, nnp_precision precision) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_cuda_precision: plan is NULL");
+    if (precision != NNP_PRECISION_SINGLE && precision != NNP_PRECISION_DOUBLE)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)precision);
+    if (plan->cuda_precision != (int)precision) plan->cuda_dirty = 1;
+    plan->cuda_precision = precision;
     return NNP_OK;
 }

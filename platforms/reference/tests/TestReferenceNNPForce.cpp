@@ -4,3 +4,4 @@
 const char* platformName = "Reference";
 double energyTolerance = 1e-12;
 double forceTolerance = 1e-10;
+std::map<string, string> platformProperties;

@@ -1,0 +1,1044 @@
+/*
+ * CUDA evaluation of libnnp: the same maths as the CPU evaluation (cpu.c, the specification), in
+ * float32 or float64, for all batches at once, on a stream the caller gives.
+ *
+ * One evaluation is a fixed sequence of kernels whose sizes all come from the plan (cached when
+ * the atoms were set and the buffers made, at the last evaluation outside stream capture):
+ *   gather        positions of the plan's atoms (any layout, OpenMM's reordering) → Å
+ *   neighbours    pairs within Rcr in the same batch, per atom in index order (warp ballots)
+ *   aev           one block per atom, one thread per AEV feature (each sums in neighbour order)
+ *   layer 1       all members at once: [atoms of element e] × [members·width] GEMM
+ *   layers 2..L-1 per (element, member) GEMM with bias and CELU
+ *   output        per-atom energy (ensemble mean) and the first backward step
+ *   backward      GEMMs back to dE/dAEV (all members summed inside one GEMM)
+ *   aev backward  forces, fixed-point atomic adds (order-independent, so deterministic)
+ *   batch sums    one warp per batch, fixed order → per-batch energies; then the total
+ * Inside stream capture nothing is allocated, copied from the host, synchronised or loaded.
+ */
+#include "../src/internal.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NNP_CUDA_MAX_NEIGHBORS 512 /* per atom, for batches larger than this plus one */
+#define NNP_PI_F 3.14159265358979323846
+#define AEV_THREADS 256
+#define BWD_THREADS 128
+#define GEMM_TILE 64
+#define GEMM_K 16
+
+/* ------------------------------------------------------------------ helpers */
+
+#define CUDA_TRY(call)                                                                                  \
+    do {                                                                                                \
+        cudaError_t err_ = (call);                                                                      \
+        if (err_ != cudaSuccess)                                                                        \
+            return nnp_fail(NNP_ERR_CUDA, "CUDA error in %s: %s (%s)", #call, cudaGetErrorString(err_),  \
+                            cudaGetErrorName(err_));                                                    \
+    } while (0)
+
+/* A 4-double vector (CUDA 13 deprecates double4 for its unspecified alignment). */
+struct __align__(16) nnp_double4 {
+    double x, y, z, w;
+};
+template <typename real> struct real4_of;
+template <> struct real4_of<float> { typedef float4 type; };
+template <> struct real4_of<double> { typedef nnp_double4 type; };
+
+__device__ __forceinline__ float dexp(float x) { return expf(x); }
+__device__ __forceinline__ double dexp(double x) { return exp(x); }
+__device__ __forceinline__ float dcos(float x) { return cosf(x); }
+__device__ __forceinline__ double dcos(double x) { return cos(x); }
+__device__ __forceinline__ float dsin(float x) { return sinf(x); }
+__device__ __forceinline__ double dsin(double x) { return sin(x); }
+__device__ __forceinline__ float dacos(float x) { return acosf(x); }
+__device__ __forceinline__ double dacos(double x) { return acos(x); }
+__device__ __forceinline__ float dpow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double dpow(double x, double y) { return pow(x, y); }
+__device__ __forceinline__ float dsqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double dsqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float dexpm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double dexpm1(double x) { return expm1(x); }
+
+/* CELU(α = 0.1) and its derivative expressed through the output y (exp(z/α) = y/α + 1). */
+template <typename real> __device__ __forceinline__ real celu(real z) {
+    return z > 0 ? z : (real)NNP_CELU_ALPHA * dexpm1(z / (real)NNP_CELU_ALPHA);
+}
+template <typename real> __device__ __forceinline__ real celu_deriv_from_output(real y) {
+    return y > 0 ? (real)1 : y / (real)NNP_CELU_ALPHA + (real)1;
+}
+
+__device__ __forceinline__ void add_fixed(unsigned long long* target, double value) {
+    atomicAdd(target, (unsigned long long)((long long)(value * (double)0x100000000LL)));
+}
+
+/* Device copy of the AEV parameters (by value as kernel arguments). */
+template <typename real> struct AevParams {
+    real Rcr, Rca;
+    int nEtaR, nShfR, nEtaA, nZeta, nShfA, nShfZ;
+    real EtaR[8], ShfR[NNP_MAX_TERMS], EtaA[8], Zeta[8], ShfA[NNP_MAX_TERMS], ShfZ[NNP_MAX_TERMS];
+    int n_elements, radial_sub, angular_sub, radial_length, aev_length;
+    int pair_index[NNP_MAX_ELEMENTS * NNP_MAX_ELEMENTS];
+};
+
+template <typename real> struct Box {
+    int periodic;
+    real a[9]; /* Å, reduced form */
+};
+
+template <typename real> __device__ __forceinline__ void min_image(real& x, real& y, real& z, const Box<real>& box) {
+    if (box.periodic) {
+        real s = rint(z / box.a[8]);
+        x -= s * box.a[6], y -= s * box.a[7], z -= s * box.a[8];
+        s = rint(y / box.a[4]);
+        x -= s * box.a[3], y -= s * box.a[4];
+        s = rint(x / box.a[0]);
+        x -= s * box.a[0];
+    }
+}
+
+/* ------------------------------------------------------------------ kernels: input */
+
+__global__ void k_inverse_order(const int* __restrict__ order, int n, int* __restrict__ index_of) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) index_of[order[i]] = i;
+}
+
+/* Positions of the plan's atoms in Å. Flags: [0] non-finite coordinate (atom + 1, smallest). */
+template <typename real>
+__global__ void k_gather(const void* __restrict__ positions, int format, const int* __restrict__ particle,
+                         const int* __restrict__ index_of, int n, real to_angstrom,
+                         typename real4_of<real>::type* __restrict__ xyz, int* __restrict__ position_index,
+                         int* __restrict__ flags) {
+    int a = blockIdx.x * blockDim.x + threadIdx.x;
+    if (a >= n) return;
+    int p = particle[a];
+    int i = index_of ? index_of[p] : p;
+    position_index[a] = i;
+    double x, y, z;
+    if (format == NNP_POSITIONS_FLOAT4) {
+        float4 v = ((const float4*)positions)[i];
+        x = v.x, y = v.y, z = v.z;
+    } else if (format == NNP_POSITIONS_DOUBLE4) {
+        nnp_double4 v = ((const nnp_double4*)positions)[i];
+        x = v.x, y = v.y, z = v.z;
+    } else {
+        const double* v = (const double*)positions + 3 * (size_t)i;
+        x = v[0], y = v[1], z = v[2];
+    }
+    if (!isfinite(x) || !isfinite(y) || !isfinite(z)) atomicMin(&flags[0], a);
+    typename real4_of<real>::type r;
+    r.x = (real)(x * (double)to_angstrom), r.y = (real)(y * (double)to_angstrom), r.z = (real)(z * (double)to_angstrom);
+    r.w = 0;
+    xyz[a] = r;
+}
+
+/*
+ * Neighbours within Rcr in the same batch, one warp per atom, in index order. Entries: neighbour
+ * index, and (r_j − r_i, d) in Å. Count above capacity raises flags[1] (largest count seen).
+ */
+template <typename real>
+__global__ void k_neighbors(const typename real4_of<real>::type* __restrict__ xyz, const int* __restrict__ atom_batch,
+                            const int* __restrict__ batch_start, const int* __restrict__ batch_atoms, int n,
+                            real rc2, Box<real> box, int capacity, int* __restrict__ count,
+                            int* __restrict__ nbr_index, typename real4_of<real>::type* __restrict__ nbr_vec,
+                            int* __restrict__ flags) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (warp >= n) return;
+    int i = warp;
+    typename real4_of<real>::type ri = xyz[i];
+    int b = atom_batch[i];
+    int found = 0;
+    for (int q0 = batch_start[b]; q0 < batch_start[b + 1]; q0 += 32) {
+        int q = q0 + lane;
+        bool hit = false;
+        int j = -1;
+        real dx = 0, dy = 0, dz = 0, d2 = 0;
+        if (q < batch_start[b + 1]) {
+            j = batch_atoms[q];
+            if (j != i) {
+                typename real4_of<real>::type rj = xyz[j];
+                dx = rj.x - ri.x, dy = rj.y - ri.y, dz = rj.z - ri.z;
+                min_image(dx, dy, dz, box);
+                d2 = dx * dx + dy * dy + dz * dz;
+                hit = d2 <= rc2;
+                if (hit && d2 == 0) atomicMax(&flags[2], 1); /* coincident atoms */
+            }
+        }
+        unsigned mask = __ballot_sync(0xffffffffu, hit);
+        int slot = found + __popc(mask & ((1u << lane) - 1));
+        if (hit && slot < capacity) {
+            nbr_index[(size_t)i * capacity + slot] = j;
+            typename real4_of<real>::type v;
+            v.x = dx, v.y = dy, v.z = dz, v.w = dsqrt(d2);
+            nbr_vec[(size_t)i * capacity + slot] = v;
+        }
+        found += __popc(mask);
+    }
+    if (lane == 0) {
+        count[i] = found < capacity ? found : capacity;
+        if (found > capacity) atomicMax(&flags[1], found);
+    }
+}
+
+/* ------------------------------------------------------------------ AEV */
+
+template <typename real> __device__ __forceinline__ real cutoff_fn(real d, real rc) {
+    return (real)0.5 * dcos((real)NNP_PI_F * d / rc) + (real)0.5;
+}
+template <typename real> __device__ __forceinline__ real cutoff_deriv(real d, real rc) {
+    return (real)(-0.5 * NNP_PI_F) / rc * dsin((real)NNP_PI_F * d / rc);
+}
+
+/* Loads atom i's neighbours into shared memory and lists those within Rca, in order. */
+template <typename real>
+__device__ int load_neighbors(int i, int capacity, const int* __restrict__ count, const int* __restrict__ nbr_index,
+                              const typename real4_of<real>::type* __restrict__ nbr_vec, const int* __restrict__ element,
+                              real Rca, typename real4_of<real>::type* s_vec, int* s_el, int* s_ang, int* s_nang,
+                              int* s_scan) {
+    int nn = count[i];
+    for (int a = threadIdx.x; a < nn; a += blockDim.x) {
+        s_vec[a] = nbr_vec[(size_t)i * capacity + a];
+        s_el[a] = element[nbr_index[(size_t)i * capacity + a]];
+    }
+    __syncthreads();
+    /* Order-preserving compaction of the angular neighbours: one chunk of blockDim at a time. */
+    int total = 0;
+    for (int base = 0; base < nn; base += blockDim.x) {
+        int a = base + threadIdx.x;
+        bool in = a < nn && s_vec[a].w <= Rca;
+        unsigned mask = __ballot_sync(0xffffffffu, in);
+        int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        if (lane == 0) s_scan[warp] = __popc(mask);
+        __syncthreads();
+        int before = 0;
+        for (int w = 0; w < warp; w++) before += s_scan[w];
+        int chunk_total = 0;
+        for (int w = 0; w < (int)blockDim.x / 32; w++) chunk_total += s_scan[w];
+        if (in) s_ang[total + before + __popc(mask & ((1u << lane) - 1))] = a;
+        total += chunk_total;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *s_nang = total;
+    __syncthreads();
+    return nn;
+}
+
+/* AEVs, one block per atom (rows in element order), one thread per feature. */
+template <typename real>
+__global__ void __launch_bounds__(AEV_THREADS) k_aev(AevParams<real> P, const int* __restrict__ row_atom, int capacity,
+                                                     const int* __restrict__ count, const int* __restrict__ nbr_index,
+                                                     const typename real4_of<real>::type* __restrict__ nbr_vec,
+                                                     const int* __restrict__ element, real* __restrict__ aev, int ld) {
+    extern __shared__ unsigned char smem[];
+    typename real4_of<real>::type* s_vec = (typename real4_of<real>::type*)smem;
+    int* s_el = (int*)(s_vec + capacity);
+    int* s_ang = s_el + capacity;
+    __shared__ int s_nang, s_scan[AEV_THREADS / 32];
+    int row = blockIdx.x, i = row_atom[row];
+    int nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rca, s_vec, s_el, s_ang, &s_nang, s_scan);
+    int na = s_nang;
+    real* out = aev + (size_t)row * ld;
+    for (int f = threadIdx.x; f < P.aev_length; f += blockDim.x) {
+        real sum = 0;
+        if (f < P.radial_length) {
+            int s = f / P.radial_sub, t = f % P.radial_sub;
+            real eta = P.EtaR[t / P.nShfR], shf = P.ShfR[t % P.nShfR];
+            for (int a = 0; a < nn; a++) {
+                if (s_el[a] != s) continue;
+                real d = s_vec[a].w, x = d - shf;
+                sum += (real)0.25 * dexp(-eta * x * x) * cutoff_fn(d, P.Rcr);
+            }
+        } else {
+            int g = f - P.radial_length, pair = g / P.angular_sub, t = g % P.angular_sub;
+            int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
+                ea = t / (P.nShfZ * P.nShfA * P.nZeta);
+            real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz];
+            for (int p = 0; p < na; p++) {
+                int ja = s_ang[p];
+                for (int q = p + 1; q < na; q++) {
+                    int ka = s_ang[q];
+                    if (P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]] != pair) continue;
+                    typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
+                    real dj = u.w, dk = v.w;
+                    real c = (u.x * v.x + u.y * v.y + u.z * v.z) / fmax(dj * dk, (real)1e-10);
+                    real theta = dacos((real)0.95 * c);
+                    real x = (real)0.5 * (dj + dk) - shfA;
+                    real f1 = dpow((real)0.5 * ((real)1 + dcos(theta - shfZ)), zeta);
+                    sum += (real)2 * f1 * dexp(-etaA * x * x) * cutoff_fn(dj, P.Rca) * cutoff_fn(dk, P.Rca);
+                }
+            }
+        }
+        out[f] = sum;
+    }
+}
+
+/* ------------------------------------------------------------------ GEMM */
+
+/*
+ * C[m×n] = A[m×k] · op(B) (+ bias, activation), batched over jobs (blockIdx.z).
+ * TRANS_B: B is [n×k] row-major (weights, one row per output) and op(B) = Bᵀ; else B is [k×n].
+ * Epilogue: EPI_BIAS_CELU: c = celu(acc + bias[col]); EPI_BIAS: c = acc + bias[col];
+ *           EPI_DERIV: c = acc · celu'(aux[row, col]) (aux = that layer's outputs); EPI_NONE: c = acc.
+ * Tiles of 64×64, k-steps of 16, 256 threads with 4×4 results each; sums in k order.
+ */
+enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_BIAS_CELU = 2, EPI_DERIV = 3 };
+
+template <typename real> struct GemmJob {
+    const real* A;
+    const real* B;
+    real* C;
+    const real* bias;
+    const real* aux;
+    int m, n, k, lda, ldb, ldc, ldaux;
+};
+
+template <typename real, bool TRANS_B, int EPI>
+__global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ jobs) {
+    const GemmJob<real> job = jobs[blockIdx.z];
+    int row0 = blockIdx.y * GEMM_TILE, col0 = blockIdx.x * GEMM_TILE;
+    if (row0 >= job.m || col0 >= job.n) return;
+    __shared__ real As[GEMM_K][GEMM_TILE + 1];
+    __shared__ real Bs[GEMM_K][GEMM_TILE + 1];
+    int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    real acc[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[r][c] = 0;
+    for (int k0 = 0; k0 < job.k; k0 += GEMM_K) {
+        for (int e = threadIdx.x; e < GEMM_TILE * GEMM_K; e += 256) {
+            int r = e / GEMM_K, kk = e % GEMM_K;
+            int gr = row0 + r, gk = k0 + kk;
+            As[kk][r] = (gr < job.m && gk < job.k) ? job.A[(size_t)gr * job.lda + gk] : (real)0;
+            if (TRANS_B) {
+                int gc = col0 + r;
+                Bs[kk][r] = (gc < job.n && gk < job.k) ? job.B[(size_t)gc * job.ldb + gk] : (real)0;
+            } else {
+                int c = e % GEMM_TILE, kb = e / GEMM_TILE;
+                int gc2 = col0 + c, gk2 = k0 + kb;
+                Bs[kb][c] = (gc2 < job.n && gk2 < job.k) ? job.B[(size_t)gk2 * job.ldb + gc2] : (real)0;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GEMM_K; kk++) {
+            real a[4], b[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) a[r] = As[kk][ty + 16 * r];
+#pragma unroll
+            for (int c = 0; c < 4; c++) b[c] = Bs[kk][tx + 16 * c];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[r][c] += a[r] * b[c];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        int gr = row0 + ty + 16 * r;
+        if (gr >= job.m) continue;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int gc = col0 + tx + 16 * c;
+            if (gc >= job.n) continue;
+            real v = acc[r][c];
+            if (EPI == EPI_BIAS || EPI == EPI_BIAS_CELU) v += job.bias[gc];
+            if (EPI == EPI_BIAS_CELU) v = celu(v);
+            if (EPI == EPI_DERIV) v *= celu_deriv_from_output(job.aux[(size_t)gr * job.ldaux + gc]);
+            job.C[(size_t)gr * job.ldc + gc] = v;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ output layer */
+
+/* Per element: the last hidden layer's outputs Y (rows × members·width), output weights w_out
+   (members × width) and biases. One warp per row: e = Σ_m scale·(w_m·y_m + b_m); if forces, the
+   first backward step delta[row, m, :] = scale · w_m ⊙ celu'(y_m). */
+template <typename real>
+__global__ void k_output(const real* __restrict__ Y, int ldy, const real* __restrict__ w_out, const real* __restrict__ b_out,
+                         int members, int width, int rows, const int* __restrict__ row_atom, double scale,
+                         double* __restrict__ atom_energy, real* __restrict__ delta, int with_forces) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (warp >= rows) return;
+    const real* y = Y + (size_t)warp * ldy;
+    double e = 0;
+    for (int m = 0; m < members; m++) {
+        real partial = 0;
+        for (int k = lane; k < width; k += 32) partial += w_out[m * width + k] * y[m * width + k];
+        for (int off = 16; off > 0; off >>= 1) partial += __shfl_down_sync(0xffffffffu, partial, off);
+        if (lane == 0) e += scale * ((double)partial + (double)b_out[m]);
+        if (with_forces)
+            for (int k = lane; k < width; k += 32)
+                delta[(size_t)warp * ldy + m * width + k] = (real)scale * w_out[m * width + k] * celu_deriv_from_output(y[m * width + k]);
+    }
+    if (lane == 0) atom_energy[row_atom[warp]] = e;
+}
+
+/* ------------------------------------------------------------------ AEV backward */
+
+/* Forces from dE/dAEV, one block per atom. Contributions go to the fixed-point force buffer
+   (index force_index[atom] of component c at c·stride), in units of `unit` per Hartree/Å. */
+template <typename real>
+__global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(AevParams<real> P, const int* __restrict__ row_atom, int capacity,
+                                                              const int* __restrict__ count, const int* __restrict__ nbr_index,
+                                                              const typename real4_of<real>::type* __restrict__ nbr_vec,
+                                                              const int* __restrict__ element, const real* __restrict__ daev,
+                                                              int ld, const int* __restrict__ force_index,
+                                                              unsigned long long* __restrict__ forces, long long stride,
+                                                              double unit) {
+    extern __shared__ unsigned char smem[];
+    typename real4_of<real>::type* s_vec = (typename real4_of<real>::type*)smem;
+    int* s_el = (int*)(s_vec + capacity);
+    int* s_ang = s_el + capacity;
+    __shared__ int s_nang, s_scan[BWD_THREADS / 32];
+    int row = blockIdx.x, i = row_atom[row];
+    int nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rca, s_vec, s_el, s_ang, &s_nang, s_scan);
+    int na = s_nang;
+    const real* g = daev + (size_t)row * ld;
+    const int* nbr = nbr_index + (size_t)i * capacity;
+    int fi = force_index[i];
+    double fsum[3] = {0, 0, 0};
+    for (int a = threadIdx.x; a < nn; a += blockDim.x) {
+        real d = s_vec[a].w, fc = cutoff_fn(d, P.Rcr), dfc = cutoff_deriv(d, P.Rcr);
+        const real* gr = g + s_el[a] * P.radial_sub;
+        real s_d = 0;
+        for (int t = 0; t < P.radial_sub; t++) {
+            real eta = P.EtaR[t / P.nShfR], x = d - P.ShfR[t % P.nShfR];
+            s_d += gr[t] * (real)0.25 * dexp(-eta * x * x) * ((real)-2 * eta * x * fc + dfc);
+        }
+        double f[3] = {(double)(s_d * s_vec[a].x / d), (double)(s_d * s_vec[a].y / d), (double)(s_d * s_vec[a].z / d)};
+        int fj = force_index[nbr[a]];
+        for (int c = 0; c < 3; c++) {
+            add_fixed(&forces[fj + c * stride], -f[c] * unit); /* force = −gradient */
+            fsum[c] += f[c];
+        }
+    }
+    int n_pairs = na * (na - 1) / 2;
+    for (int pq = threadIdx.x; pq < n_pairs; pq += blockDim.x) {
+        /* Decode pq into p < q over the angular list (row-major upper triangle). */
+        int p = 0, rem = pq;
+        while (rem >= na - 1 - p) rem -= na - 1 - p, p++;
+        int q = p + 1 + rem;
+        int ja = s_ang[p], ka = s_ang[q];
+        typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
+        real dj = u.w, dk = v.w;
+        real denom = fmax(dj * dk, (real)1e-10);
+        real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
+        real theta = dacos((real)0.95 * c);
+        real fj = cutoff_fn(dj, P.Rca), fk = cutoff_fn(dk, P.Rca);
+        real dfj = cutoff_deriv(dj, P.Rca), dfk = cutoff_deriv(dk, P.Rca);
+        real avg = (real)0.5 * (dj + dk);
+        const real* ga = g + P.radial_length + P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]] * P.angular_sub;
+        real s_theta = 0, s_dj = 0, s_dk = 0;
+        int t = 0;
+        for (int ea = 0; ea < P.nEtaA; ea++)
+            for (int z = 0; z < P.nZeta; z++)
+                for (int sa = 0; sa < P.nShfA; sa++) {
+                    real x = avg - P.ShfA[sa];
+                    real f2 = dexp(-P.EtaA[ea] * x * x);
+                    real df2 = f2 * ((real)-2 * P.EtaA[ea] * x) * (real)0.5;
+                    for (int sz = 0; sz < P.nShfZ; sz++, t++) {
+                        real base = (real)0.5 * ((real)1 + dcos(theta - P.ShfZ[sz]));
+                        real f1 = dpow(base, P.Zeta[z]);
+                        real df1 = P.Zeta[z] * dpow(base, P.Zeta[z] - (real)1) * ((real)-0.5 * dsin(theta - P.ShfZ[sz]));
+                        real w = ga[t];
+                        s_theta += w * (real)2 * df1 * f2 * fj * fk;
+                        s_dj += w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
+                        s_dk += w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
+                    }
+                }
+        real s_c = s_theta * ((real)-0.95 / dsqrt((real)1 - (real)0.9025 * c * c));
+        real uu[3] = {u.x, u.y, u.z}, vv[3] = {v.x, v.y, v.z};
+        int fjx = force_index[nbr[ja]], fkx = force_index[nbr[ka]];
+        for (int k = 0; k < 3; k++) {
+            real dc_du = vv[k] / denom - c * uu[k] / (dj * dj);
+            real dc_dv = uu[k] / denom - c * vv[k] / (dk * dk);
+            double gu = (double)(s_dj * uu[k] / dj + s_c * dc_du);
+            double gv = (double)(s_dk * vv[k] / dk + s_c * dc_dv);
+            add_fixed(&forces[fjx + k * stride], -gu * unit);
+            add_fixed(&forces[fkx + k * stride], -gv * unit);
+            fsum[k] += gu + gv;
+        }
+    }
+    for (int c = 0; c < 3; c++)
+        if (fsum[c] != 0) add_fixed(&forces[fi + c * stride], fsum[c] * unit);
+}
+
+/* ------------------------------------------------------------------ per-batch reduction */
+
+/* One warp per batch, atoms in batch order, a fixed reduction tree: deterministic. */
+__global__ void k_batch_energies(const double* __restrict__ atom_energy, const double* __restrict__ self_energy,
+                                 const int* __restrict__ batch_start, const int* __restrict__ batch_atoms, int n_batches,
+                                 double unit, double* __restrict__ batch_energy) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (warp >= n_batches) return;
+    double sum = 0;
+    for (int q = batch_start[warp] + lane; q < batch_start[warp + 1]; q += 32) {
+        int a = batch_atoms[q];
+        sum += atom_energy[a] + self_energy[a];
+    }
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
+    if (lane == 0) batch_energy[warp] = sum * unit;
+}
+
+/* The total: one block, fixed order; added to the caller's energy (float or double). */
+__global__ void k_total_energy(const double* __restrict__ batch_energy, int n_batches, void* energy, int energy_is_double,
+                               double* total_out, int* flags) {
+    __shared__ double s[256];
+    double sum = 0;
+    for (int b = threadIdx.x; b < n_batches; b += blockDim.x) sum += batch_energy[b];
+    s[threadIdx.x] = sum;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        *total_out = s[0];
+        if (!isfinite(s[0])) flags[3] = 1;
+        if (energy != NULL) {
+            if (energy_is_double) *(double*)energy += s[0];
+            else *(float*)energy += (float)s[0];
+        }
+    }
+}
+
+__global__ void k_reset_flags(int* flags) {
+    flags[0] = 0x7fffffff, flags[1] = 0, flags[2] = 0, flags[3] = 0;
+}
+
+/* Plain output: fixed-point [3][n] → n×3 doubles. */
+__global__ void k_fixed_to_xyz(const unsigned long long* __restrict__ fixed, int n, double* __restrict__ out) {
+    int a = blockIdx.x * blockDim.x + threadIdx.x;
+    if (a >= n) return;
+    for (int c = 0; c < 3; c++) out[3 * a + c] = (double)(long long)fixed[a + (size_t)c * n] / (double)0x100000000LL;
+}
+
+/* ------------------------------------------------------------------ host side */
+
+/* Driver API functions, found through the runtime (so libnnp needs no libcuda at load time and
+   loads on machines without a GPU driver). */
+typedef CUresult (*PFN_streamIsCapturing)(CUstream, CUstreamCaptureStatus*);
+typedef CUresult (*PFN_ctxGetCurrent)(CUcontext*);
+typedef CUresult (*PFN_ctxPushCurrent)(CUcontext);
+typedef CUresult (*PFN_ctxPopCurrent)(CUcontext*);
+static struct {
+    int loaded;
+    PFN_streamIsCapturing streamIsCapturing;
+    PFN_ctxGetCurrent ctxGetCurrent;
+    PFN_ctxPushCurrent ctxPushCurrent;
+    PFN_ctxPopCurrent ctxPopCurrent;
+} driver;
+
+static nnp_status load_driver(void) {
+    if (driver.loaded) return NNP_OK;
+    struct { const char* name; void** fn; } fns[] = {{"cuStreamIsCapturing", (void**)&driver.streamIsCapturing},
+                                                    {"cuCtxGetCurrent", (void**)&driver.ctxGetCurrent},
+                                                    {"cuCtxPushCurrent", (void**)&driver.ctxPushCurrent},
+                                                    {"cuCtxPopCurrent", (void**)&driver.ctxPopCurrent}};
+    for (size_t k = 0; k < sizeof fns / sizeof fns[0]; k++) {
+        cudaDriverEntryPointQueryResult found;
+        cudaError_t err = cudaGetDriverEntryPointByVersion(fns[k].name, fns[k].fn, 12000, cudaEnableDefault, &found);
+        if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || *fns[k].fn == NULL)
+            return nnp_fail(NNP_ERR_CUDA, "the CUDA driver does not provide %s (%s)", fns[k].name,
+                            err != cudaSuccess ? cudaGetErrorString(err) : "symbol not found");
+    }
+    driver.loaded = 1;
+    return NNP_OK;
+}
+
+struct nnp_cuda_state {
+    CUcontext context; /* where the memory lives */
+    int precision;     /* NNP_PRECISION_* */
+    int n_atoms, n_batches, n_particles, capacity, n_hidden, members, member, units;
+    int evaluated;     /* one evaluation outside capture done with these buffers */
+    size_t real_size;
+    /* per element: rows (atoms of that element, index order) and layer widths */
+    int elem_rows[NNP_MAX_ELEMENTS], elem_row0[NNP_MAX_ELEMENTS];
+    int width[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS];
+    size_t y_offset[NNP_MAX_LAYERS][NNP_MAX_ELEMENTS]; /* element block of hidden layer h (reals) */
+    size_t w_offset[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS + 1], b_offset[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS + 1];
+    size_t wh_offset[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS][NNP_MAX_MEMBERS], bh_offset[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS][NNP_MAX_MEMBERS];
+    /* device memory */
+    int *particle, *identity, *element, *atom_batch, *batch_start, *batch_atoms, *row_atom, *index_of, *force_index, *count, *nbr_index, *flags;
+    void *xyz, *nbr_vec, *aev, *daev, *weights;
+    void* Y[NNP_MAX_LAYERS];
+    void* D[NNP_MAX_LAYERS];
+    double *atom_energy, *self_energy, *batch_energy, *total;
+    unsigned long long* fixed;
+    void* jobs; /* GEMM job tables */
+    int fwd_jobs[NNP_MAX_LAYERS], bwd_jobs[NNP_MAX_LAYERS];
+    size_t fwd_job0[NNP_MAX_LAYERS], bwd_job0[NNP_MAX_LAYERS];
+    dim3 fwd_grid[NNP_MAX_LAYERS], bwd_grid[NNP_MAX_LAYERS];
+    int* host_flags; /* pinned: flags of the latest evaluation, copied asynchronously */
+};
+
+static const int FLAG_CLEAR[4] = {0x7fffffff, 0, 0, 0};
+
+static void free_state(nnp_cuda_state* s) {
+    if (s == NULL) return;
+    CUcontext previous = NULL;
+    int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
+    void* ptrs[] = {s->particle, s->identity, s->element, s->atom_batch, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
+                    s->force_index, s->count, s->nbr_index, s->flags, s->xyz, s->nbr_vec, s->aev, s->daev, s->weights,
+                    s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs};
+    for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
+    for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
+    if (s->host_flags) cudaFreeHost(s->host_flags);
+    if (pushed) driver.ctxPopCurrent(&previous);
+    free(s);
+}
+
+extern "C" void nnp_cuda_release(nnp_plan* plan) {
+    free_state((nnp_cuda_state*)plan->cuda);
+    plan->cuda = NULL;
+}
+
+extern "C" int nnp_cuda_available(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+template <typename real> static void preload() {
+    cudaFuncAttributes attr;
+    cudaFuncGetAttributes(&attr, k_inverse_order);
+    cudaFuncGetAttributes(&attr, k_gather<real>);
+    cudaFuncGetAttributes(&attr, k_neighbors<real>);
+    cudaFuncGetAttributes(&attr, k_aev<real>);
+    cudaFuncGetAttributes(&attr, k_gemm<real, true, EPI_BIAS_CELU>);
+    cudaFuncGetAttributes(&attr, k_gemm<real, false, EPI_DERIV>);
+    cudaFuncGetAttributes(&attr, k_gemm<real, false, EPI_NONE>);
+    cudaFuncGetAttributes(&attr, k_output<real>);
+    cudaFuncGetAttributes(&attr, k_aev_backward<real>);
+    cudaFuncGetAttributes(&attr, k_batch_energies);
+    cudaFuncGetAttributes(&attr, k_total_energy);
+    cudaFuncGetAttributes(&attr, k_fixed_to_xyz);
+    cudaFuncGetAttributes(&attr, k_reset_flags);
+}
+
+template <typename real> static AevParams<real> aev_params(const nnp_model* m) {
+    AevParams<real> P;
+    memset(&P, 0, sizeof P);
+    const nnp_aev_params* p = &m->aev;
+    P.Rcr = (real)p->Rcr, P.Rca = (real)p->Rca;
+    P.nEtaR = p->nEtaR, P.nShfR = p->nShfR, P.nEtaA = p->nEtaA, P.nZeta = p->nZeta, P.nShfA = p->nShfA, P.nShfZ = p->nShfZ;
+    for (int k = 0; k < p->nEtaR; k++) P.EtaR[k] = (real)p->EtaR[k];
+    for (int k = 0; k < p->nShfR; k++) P.ShfR[k] = (real)p->ShfR[k];
+    for (int k = 0; k < p->nEtaA; k++) P.EtaA[k] = (real)p->EtaA[k];
+    for (int k = 0; k < p->nZeta; k++) P.Zeta[k] = (real)p->Zeta[k];
+    for (int k = 0; k < p->nShfA; k++) P.ShfA[k] = (real)p->ShfA[k];
+    for (int k = 0; k < p->nShfZ; k++) P.ShfZ[k] = (real)p->ShfZ[k];
+    P.n_elements = m->n_elements, P.radial_sub = m->radial_sub, P.angular_sub = m->angular_sub;
+    P.radial_length = m->radial_length, P.aev_length = m->aev_length;
+    for (int a = 0; a < m->n_elements; a++)
+        for (int b = 0; b < m->n_elements; b++) P.pair_index[a * NNP_MAX_ELEMENTS + b] = m->pair_index[a][b];
+    return P;
+}
+
+#define ALLOC(ptr, bytes) CUDA_TRY(cudaMalloc((void**)&(ptr), (bytes) > 0 ? (bytes) : 16))
+
+/* Builds every buffer for the plan's current atoms, member, units and precision (outside capture). */
+template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_state* s, int n_particles) {
+    const nnp_model* m = plan->model;
+    int n = plan->n_atoms, E = m->n_elements;
+    s->precision = plan->cuda_precision;
+    s->real_size = sizeof(real);
+    s->n_atoms = n, s->n_batches = plan->n_batches, s->n_particles = n_particles, s->member = plan->member;
+    s->units = plan->units;
+    s->members = plan->member < 0 ? m->n_members : 1;
+    if (m->aev.nEtaR > 8 || m->aev.nEtaA > 8 || m->aev.nZeta > 8)
+        return nnp_fail(NNP_ERR_UNSUPPORTED, "CUDA evaluation supports at most 8 EtaR, EtaA and Zeta values");
+    /* Network shapes: the same layer count everywhere, the same widths for all members of an element. */
+    s->n_hidden = m->networks[0].n_layers - 1;
+    for (int i = 0; i < m->n_members * E; i++)
+        if (m->networks[i].n_layers != s->n_hidden + 1 || s->n_hidden < 1)
+            return nnp_fail(NNP_ERR_UNSUPPORTED, "CUDA evaluation needs the same number (>= 2) of layers in every network");
+    for (int e = 0; e < E; e++)
+        for (int h = 0; h <= s->n_hidden; h++) {
+            s->width[e][h] = m->networks[e].layers[h].n_out;
+            for (int mm = 0; mm < m->n_members; mm++)
+                if (m->networks[mm * E + e].layers[h].n_out != s->width[e][h])
+                    return nnp_fail(NNP_ERR_UNSUPPORTED, "CUDA evaluation needs equal layer widths in every member");
+        }
+    /* Rows: atoms by element, index order within. */
+    int* row_atom = (int*)malloc(sizeof(int) * (n + 1));
+    int rows = 0;
+    for (int e = 0; e < E; e++) {
+        s->elem_row0[e] = rows;
+        for (int i = 0; i < n; i++)
+            if (plan->elements[i] == e) row_atom[rows++] = i;
+        s->elem_rows[e] = rows - s->elem_row0[e];
+    }
+    /* Neighbour capacity: the largest batch bounds it exactly; very large batches are capped. */
+    int largest = 0;
+    for (int b = 0; b < plan->n_batches; b++)
+        if (plan->batch_start[b + 1] - plan->batch_start[b] > largest) largest = plan->batch_start[b + 1] - plan->batch_start[b];
+    s->capacity = largest - 1 < NNP_CUDA_MAX_NEIGHBORS ? (largest > 1 ? largest - 1 : 1) : NNP_CUDA_MAX_NEIGHBORS;
+
+    int* atom_batch = plan->batches;
+    double* self = (double*)malloc(sizeof(double) * (n + 1));
+    int* particle = (int*)malloc(sizeof(int) * (n + 1));
+    int* identity = (int*)malloc(sizeof(int) * (n + 1));
+    for (int i = 0; i < n; i++) {
+        identity[i] = i;
+        self[i] = m->self_energies[plan->elements[i]];
+        particle[i] = plan->particles ? plan->particles[i] : i;
+    }
+    /* Weights in `real`: per element, the first layer of all members stacked ([M·W0 × A] and
+       [M·W0]); deeper hidden layers per member; the output layer stacked ([M × W_last], [M]). */
+    size_t total = 0;
+    const int M = s->members, m0 = plan->member < 0 ? 0 : plan->member;
+    for (int e = 0; e < E; e++) {
+        s->w_offset[e][0] = total, total += (size_t)M * s->width[e][0] * m->aev_length;
+        s->b_offset[e][0] = total, total += (size_t)M * s->width[e][0];
+        for (int h = 1; h < s->n_hidden; h++)
+            for (int mm = 0; mm < M; mm++) {
+                s->wh_offset[e][h][mm] = total, total += (size_t)s->width[e][h] * s->width[e][h - 1];
+                s->bh_offset[e][h][mm] = total, total += s->width[e][h];
+            }
+        s->w_offset[e][s->n_hidden] = total, total += (size_t)M * s->width[e][s->n_hidden - 1];
+        s->b_offset[e][s->n_hidden] = total, total += M;
+    }
+    real* w = (real*)malloc(sizeof(real) * (total + 1));
+    for (int e = 0; e < E; e++)
+        for (int mm = 0; mm < M; mm++) {
+            const nnp_network* net = &m->networks[(m0 + mm) * E + e];
+            size_t W0 = s->width[e][0], A = m->aev_length;
+            for (size_t k = 0; k < W0 * A; k++) w[s->w_offset[e][0] + mm * W0 * A + k] = (real)net->layers[0].weights[k];
+            for (size_t k = 0; k < W0; k++) w[s->b_offset[e][0] + mm * W0 + k] = (real)net->layers[0].biases[k];
+            for (int h = 1; h < s->n_hidden; h++) {
+                size_t nw = (size_t)s->width[e][h] * s->width[e][h - 1];
+                for (size_t k = 0; k < nw; k++) w[s->wh_offset[e][h][mm] + k] = (real)net->layers[h].weights[k];
+                for (int k = 0; k < s->width[e][h]; k++) w[s->bh_offset[e][h][mm] + k] = (real)net->layers[h].biases[k];
+            }
+            int WL = s->width[e][s->n_hidden - 1];
+            for (int k = 0; k < WL; k++) w[s->w_offset[e][s->n_hidden] + mm * WL + k] = (real)net->layers[s->n_hidden].weights[k];
+            w[s->b_offset[e][s->n_hidden] + mm] = (real)net->layers[s->n_hidden].biases[0];
+        }
+    /* Activations: per hidden layer, element blocks of rows × M·width. */
+    size_t ysize[NNP_MAX_LAYERS] = {0};
+    for (int h = 0; h < s->n_hidden; h++)
+        for (int e = 0; e < E; e++) {
+            s->y_offset[h][e] = ysize[h];
+            ysize[h] += (size_t)s->elem_rows[e] * M * s->width[e][h];
+        }
+    nnp_status st = NNP_OK;
+    size_t A = m->aev_length, rs = sizeof(real), cap = s->capacity;
+#define TRY_ALLOC(ptr, bytes)                                                                       \
+    if (st == NNP_OK && cudaMalloc((void**)&(ptr), (bytes) > 0 ? (bytes) : 16) != cudaSuccess)     \
+        st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate %zu bytes of GPU memory (%s)", (size_t)(bytes), #ptr);
+    TRY_ALLOC(s->particle, sizeof(int) * n);
+    TRY_ALLOC(s->identity, sizeof(int) * n);
+    TRY_ALLOC(s->element, sizeof(int) * n);
+    TRY_ALLOC(s->atom_batch, sizeof(int) * n);
+    TRY_ALLOC(s->batch_start, sizeof(int) * (plan->n_batches + 1));
+    TRY_ALLOC(s->batch_atoms, sizeof(int) * n);
+    TRY_ALLOC(s->row_atom, sizeof(int) * n);
+    TRY_ALLOC(s->index_of, sizeof(int) * (n_particles > 0 ? n_particles : 1));
+    TRY_ALLOC(s->force_index, sizeof(int) * n);
+    TRY_ALLOC(s->count, sizeof(int) * n);
+    TRY_ALLOC(s->nbr_index, sizeof(int) * n * cap);
+    TRY_ALLOC(s->flags, sizeof(int) * 4);
+    TRY_ALLOC(s->xyz, 4 * rs * n);
+    TRY_ALLOC(s->nbr_vec, 4 * rs * n * cap);
+    TRY_ALLOC(s->aev, rs * n * A);
+    TRY_ALLOC(s->daev, rs * n * A);
+    TRY_ALLOC(s->weights, rs * total);
+    for (int h = 0; h < s->n_hidden; h++) {
+        TRY_ALLOC(s->Y[h], rs * ysize[h]);
+        TRY_ALLOC(s->D[h], rs * ysize[h]);
+    }
+    TRY_ALLOC(s->atom_energy, sizeof(double) * n);
+    TRY_ALLOC(s->self_energy, sizeof(double) * n);
+    TRY_ALLOC(s->batch_energy, sizeof(double) * (plan->n_batches + 1));
+    TRY_ALLOC(s->total, sizeof(double));
+    TRY_ALLOC(s->fixed, sizeof(unsigned long long) * 3 * n);
+    if (st == NNP_OK && cudaHostAlloc((void**)&s->host_flags, sizeof(int) * 4, cudaHostAllocDefault) != cudaSuccess)
+        st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate pinned host memory");
+    /* GEMM job tables: forward h (h = 0: per element, all members stacked; h >= 1: per element and
+       member) and backward h (h >= 1: D[h-1] = (D[h] · W_h) ⊙ celu'(Y[h-1]); h = 0: dAEV). */
+    GemmJob<real>* jobs = (GemmJob<real>*)calloc((size_t)2 * NNP_MAX_LAYERS * E * M + 1, sizeof(GemmJob<real>));
+    size_t nj = 0;
+    real* W = (real*)s->weights;
+    for (int h = 0; h < s->n_hidden; h++) {
+        s->fwd_job0[h] = nj;
+        int gx = 0, gy = 0;
+        for (int e = 0; e < E; e++) {
+            int r = s->elem_rows[e];
+            if (r == 0) continue;
+            int W1 = s->width[e][h];
+            real* Yh = (real*)s->Y[h] + s->y_offset[h][e];
+            if (h == 0) {
+                GemmJob<real> j = {(real*)s->aev + (size_t)s->elem_row0[e] * A, W + s->w_offset[e][0], Yh,
+                                   W + s->b_offset[e][0], NULL, r, M * W1, (int)A, (int)A, (int)A, M * W1, 0};
+                jobs[nj++] = j;
+                gx = max(gx, (M * W1 + GEMM_TILE - 1) / GEMM_TILE);
+            } else {
+                int W0 = s->width[e][h - 1];
+                real* Yp = (real*)s->Y[h - 1] + s->y_offset[h - 1][e];
+                for (int mm = 0; mm < M; mm++) {
+                    GemmJob<real> j = {Yp + mm * W0, W + s->wh_offset[e][h][mm], Yh + mm * W1, W + s->bh_offset[e][h][mm],
+                                       NULL, r, W1, W0, M * W0, W0, M * W1, 0};
+                    jobs[nj++] = j;
+                }
+                gx = max(gx, (W1 + GEMM_TILE - 1) / GEMM_TILE);
+            }
+            gy = max(gy, (r + GEMM_TILE - 1) / GEMM_TILE);
+        }
+        s->fwd_jobs[h] = (int)(nj - s->fwd_job0[h]);
+        s->fwd_grid[h] = dim3(gx, gy, s->fwd_jobs[h]);
+    }
+    for (int h = s->n_hidden - 1; h >= 0; h--) {
+        s->bwd_job0[h] = nj;
+        int gx = 0, gy = 0;
+        for (int e = 0; e < E; e++) {
+            int r = s->elem_rows[e];
+            if (r == 0) continue;
+            int W1 = s->width[e][h];
+            real* Dh = (real*)s->D[h] + s->y_offset[h][e];
+            if (h == 0) {
+                GemmJob<real> j = {Dh, W + s->w_offset[e][0], (real*)s->daev + (size_t)s->elem_row0[e] * A, NULL, NULL,
+                                   r, (int)A, M * W1, M * W1, (int)A, (int)A, 0};
+                jobs[nj++] = j;
+                gx = max(gx, (int)((A + GEMM_TILE - 1) / GEMM_TILE));
+            } else {
+                int W0 = s->width[e][h - 1];
+                real* Dp = (real*)s->D[h - 1] + s->y_offset[h - 1][e];
+                real* Yp = (real*)s->Y[h - 1] + s->y_offset[h - 1][e];
+                for (int mm = 0; mm < M; mm++) {
+                    GemmJob<real> j = {Dh + mm * W1, W + s->wh_offset[e][h][mm], Dp + mm * W0, NULL, Yp + mm * W0,
+                                       r, W0, W1, M * W1, W0, M * W0, M * W0};
+                    jobs[nj++] = j;
+                }
+                gx = max(gx, (W0 + GEMM_TILE - 1) / GEMM_TILE);
+            }
+            gy = max(gy, (r + GEMM_TILE - 1) / GEMM_TILE);
+        }
+        s->bwd_jobs[h] = (int)(nj - s->bwd_job0[h]);
+        s->bwd_grid[h] = dim3(gx, gy, s->bwd_jobs[h]);
+    }
+    TRY_ALLOC(s->jobs, sizeof(GemmJob<real>) * (nj + 1));
+    if (st == NNP_OK) {
+        cudaError_t err = cudaSuccess;
+        const int* batch_atoms = plan->order;
+#define UPLOAD(dst, src, bytes) if (err == cudaSuccess && (bytes) > 0) err = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)
+        UPLOAD(s->particle, particle, sizeof(int) * n);
+        UPLOAD(s->identity, identity, sizeof(int) * n);
+        UPLOAD(s->element, plan->elements, sizeof(int) * n);
+        UPLOAD(s->atom_batch, atom_batch, sizeof(int) * n);
+        UPLOAD(s->batch_start, plan->batch_start, sizeof(int) * (plan->n_batches + 1));
+        UPLOAD(s->batch_atoms, batch_atoms, sizeof(int) * n);
+        UPLOAD(s->row_atom, row_atom, sizeof(int) * n);
+        UPLOAD(s->self_energy, self, sizeof(double) * n);
+        UPLOAD(s->weights, w, sizeof(real) * total);
+        UPLOAD(s->jobs, jobs, sizeof(GemmJob<real>) * nj);
+        UPLOAD(s->flags, FLAG_CLEAR, sizeof(FLAG_CLEAR));
+#undef UPLOAD
+        if (err == cudaSuccess) err = cudaMemset(s->batch_energy, 0, sizeof(double) * (plan->n_batches + 1));
+        if (err != cudaSuccess) st = nnp_fail(NNP_ERR_CUDA, "uploading the plan to the GPU failed: %s", cudaGetErrorString(err));
+        else memcpy(s->host_flags, FLAG_CLEAR, sizeof(FLAG_CLEAR));
+    }
+#undef TRY_ALLOC
+    free(row_atom), free(self), free(particle), free(identity), free(w), free(jobs);
+    if (st == NNP_OK) preload<real>();
+    return st;
+}
+
+template <typename real>
+static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* io, cudaStream_t stream, const Box<real>& box) {
+    typedef typename real4_of<real>::type real4;
+    const nnp_model* m = plan->model;
+    int n = s->n_atoms, E = m->n_elements, M = s->members;
+    const double to_angstrom = s->units == NNP_UNITS_NM_KJMOL ? 10.0 : 1.0;
+    const double eunit = s->units == NNP_UNITS_NM_KJMOL ? NNP_HARTREE_TO_KJMOL : 1.0;
+    const int with_forces = io->forces_format != NNP_FORCES_NONE;
+    AevParams<real> P = aev_params<real>(m);
+    size_t A = m->aev_length;
+    if (n > 0) {
+        if (io->sorted_particles)
+            k_inverse_order<<<(s->n_particles + 255) / 256, 256, 0, stream>>>(io->sorted_particles, s->n_particles, s->index_of);
+        k_gather<real><<<(n + 127) / 128, 128, 0, stream>>>(io->positions, io->positions_format, s->particle,
+                                                             io->sorted_particles ? s->index_of : NULL, n, (real)to_angstrom,
+                                                             (real4*)s->xyz, s->force_index, s->flags);
+        k_neighbors<real><<<(n * 32 + 127) / 128, 128, 0, stream>>>((real4*)s->xyz, s->atom_batch, s->batch_start,
+                                                                     s->batch_atoms, n, (real)(m->aev.Rcr * m->aev.Rcr), box,
+                                                                     s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec, s->flags);
+        size_t shmem = (size_t)s->capacity * (sizeof(real4) + 2 * sizeof(int));
+        k_aev<real><<<n, AEV_THREADS, shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec,
+                                                       s->element, (real*)s->aev, (int)A);
+        GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
+        for (int h = 0; h < s->n_hidden; h++)
+            k_gemm<real, true, EPI_BIAS_CELU><<<s->fwd_grid[h], 256, 0, stream>>>(jobs + s->fwd_job0[h]);
+        const double scale = 1.0 / M;
+        real* W = (real*)s->weights;
+        int last = s->n_hidden - 1;
+        for (int e = 0; e < E; e++) {
+            int r = s->elem_rows[e];
+            if (r == 0) continue;
+            int WL = s->width[e][last];
+            k_output<real><<<(r * 32 + 127) / 128, 128, 0, stream>>>((real*)s->Y[last] + s->y_offset[last][e], M * WL,
+                                                                     W + s->w_offset[e][s->n_hidden], W + s->b_offset[e][s->n_hidden],
+                                                                     M, WL, r, s->row_atom + s->elem_row0[e], scale, s->atom_energy,
+                                                                     (real*)s->D[last] + s->y_offset[last][e], with_forces);
+        }
+        if (with_forces) {
+            for (int h = s->n_hidden - 1; h >= 1; h--)
+                k_gemm<real, false, EPI_DERIV><<<s->bwd_grid[h], 256, 0, stream>>>(jobs + s->bwd_job0[h]);
+            k_gemm<real, false, EPI_NONE><<<s->bwd_grid[0], 256, 0, stream>>>(jobs + s->bwd_job0[0]);
+            unsigned long long* target;
+            const int* findex;
+            long long stride;
+            if (io->forces_format == NNP_FORCES_FIXED_POINT) {
+                target = (unsigned long long*)io->forces;
+                stride = io->forces_stride;
+                findex = s->force_index; /* where each atom's position came from */
+            } else {
+                cudaMemsetAsync(s->fixed, 0, sizeof(unsigned long long) * 3 * n, stream);
+                target = s->fixed;
+                stride = n;
+                findex = s->identity;
+            }
+            k_aev_backward<real><<<n, BWD_THREADS, shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index,
+                                                                    (real4*)s->nbr_vec, s->element, (real*)s->daev, (int)A,
+                                                                    findex, target, stride, eunit * to_angstrom);
+            if (io->forces_format == NNP_FORCES_XYZ_DOUBLE)
+                k_fixed_to_xyz<<<(n + 127) / 128, 128, 0, stream>>>(s->fixed, n, (double*)io->forces);
+        }
+    }
+    if (s->n_batches > 0)
+        k_batch_energies<<<(s->n_batches * 32 + 127) / 128, 128, 0, stream>>>(s->atom_energy, s->self_energy, s->batch_start,
+                                                                              s->batch_atoms, s->n_batches, eunit, s->batch_energy);
+    k_total_energy<<<1, 256, 0, stream>>>(s->batch_energy, s->n_batches, io->energy, io->energy_is_double, s->total, s->flags);
+    cudaMemcpyAsync(s->host_flags, s->flags, sizeof(int) * 4, cudaMemcpyDeviceToHost, stream);
+    k_reset_flags<<<1, 1, 0, stream>>>(s->flags);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        return nnp_fail(NNP_ERR_CUDA, "launching the CUDA evaluation failed: %s", cudaGetErrorString(err));
+    return NNP_OK;
+}
+
+/* ------------------------------------------------------------------ entry points */
+
+static nnp_status capture_state(cudaStream_t stream, int* capturing) {
+    nnp_status st = load_driver();
+    if (st != NNP_OK) return st;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = driver.streamIsCapturing((CUstream)stream, &status);
+    if (r != CUDA_SUCCESS) return nnp_fail(NNP_ERR_CUDA, "cuStreamIsCapturing failed (CUresult %d)", (int)r);
+    *capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
+    return NNP_OK;
+}
+
+/* Errors the device recorded in earlier evaluations (seen once their flags reached the host). */
+static nnp_status check_flags(nnp_plan* plan, nnp_cuda_state* s) {
+    int f[4];
+    memcpy(f, s->host_flags, sizeof f);
+    memcpy(s->host_flags, FLAG_CLEAR, sizeof FLAG_CLEAR);
+    if (f[0] != 0x7fffffff)
+        return nnp_fail(NNP_ERR_NONFINITE, "a coordinate of atom %d is not finite (NaN or infinite) in a recent CUDA evaluation",
+                        f[0]);
+    if (f[1] > 0)
+        return nnp_fail(NNP_ERR_STATE, "an atom had %d neighbours within the cutoff, more than the CUDA evaluation's capacity "
+                        "of %d per atom: its energy and forces were wrong; split very large batches", f[1], s->capacity);
+    if (f[2] > 0) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "two atoms of one batch were at the same position");
+    if (f[3] > 0) return nnp_fail(NNP_ERR_NONFINITE, "the model gave a non-finite energy in a recent CUDA evaluation");
+    (void)plan;
+    return NNP_OK;
+}
+
+extern "C" nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) {
+    if (plan == NULL || io == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: NULL argument");
+    if (plan->n_atoms > 0 && io->positions == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: positions is NULL");
+    if (io->forces_format != NNP_FORCES_NONE && io->forces == NULL)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: forces is NULL");
+    if (io->positions_format < NNP_POSITIONS_XYZ_DOUBLE || io->positions_format > NNP_POSITIONS_DOUBLE4)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: unknown positions format %d", (int)io->positions_format);
+    cudaStream_t stream = (cudaStream_t)io->stream;
+    int capturing = 0;
+    nnp_status st = capture_state(stream, &capturing);
+    if (st != NNP_OK) return st;
+    const nnp_model* m = plan->model;
+    const double to_angstrom = plan->units == NNP_UNITS_NM_KJMOL ? 10.0 : 1.0;
+    nnp_cuda_state* s = (nnp_cuda_state*)plan->cuda;
+    if (capturing) {
+        /* Only launches from here on: every size must already be known. */
+        if (s == NULL || !s->evaluated)
+            return nnp_fail(NNP_ERR_CAPTURE, "the CUDA evaluation is being captured into a graph before its first "
+                            "evaluation: run one step (or one evaluation) outside capture first, so that the batch count "
+                            "and buffer sizes are known");
+        if (plan->cuda_dirty)
+            return nnp_fail(NNP_ERR_CAPTURE, "the atoms, batches, ensemble member, units or precision changed since the last "
+                            "evaluation outside capture (now %d atoms in %d batches): run one step outside capture before "
+                            "capturing again", plan->n_atoms, plan->n_batches);
+        if (io->sorted_particles && io->n_particles != s->n_particles)
+            return nnp_fail(NNP_ERR_CAPTURE, "the particle count changed since the last evaluation outside capture");
+    } else {
+        if (s != NULL) {
+            st = check_flags(plan, s);
+            if (st != NNP_OK) return st;
+        }
+        if (s == NULL || plan->cuda_dirty || (io->sorted_particles && io->n_particles != s->n_particles)) {
+            nnp_cuda_release(plan);
+            s = (nnp_cuda_state*)calloc(1, sizeof *s);
+            if (s == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+            driver.ctxGetCurrent(&s->context);
+            st = plan->cuda_precision == NNP_PRECISION_DOUBLE ? build_state<double>(plan, s, io->n_particles)
+                                                              : build_state<float>(plan, s, io->n_particles);
+            if (st != NNP_OK) {
+                free_state(s);
+                return st;
+            }
+            plan->cuda = s;
+            plan->cuda_dirty = 0;
+        }
+    }
+    if (io->box != NULL) {
+        st = nnp_check_box(io->box, m->aev.Rcr, to_angstrom);
+        if (st != NNP_OK) return st;
+    }
+    if (s->precision == NNP_PRECISION_DOUBLE) {
+        Box<double> box = {io->box != NULL, {0}};
+        for (int k = 0; io->box && k < 9; k++) box.a[k] = io->box[k] * to_angstrom;
+        st = launch<double>(plan, s, io, stream, box);
+    } else {
+        Box<float> box = {io->box != NULL, {0}};
+        for (int k = 0; io->box && k < 9; k++) box.a[k] = (float)(io->box[k] * to_angstrom);
+        st = launch<float>(plan, s, io, stream, box);
+    }
+    if (st != NNP_OK) return st;
+    if (!capturing && !s->evaluated) {
+        /* The first evaluation with new buffers: wait for it, so that bad input is reported now. */
+        CUDA_TRY(cudaStreamSynchronize(stream));
+        st = check_flags(plan, s);
+        if (st != NNP_OK) return st;
+        s->evaluated = 1;
+    }
+    return NNP_OK;
+}
+
+extern "C" nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, double* energies) {
+    if (plan == NULL || (energies == NULL && plan->n_batches > 0))
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_cuda_batch_energies: NULL argument");
+    nnp_cuda_state* s = (nnp_cuda_state*)plan->cuda;
+    if (s == NULL || !s->evaluated || plan->cuda_dirty)
+        return nnp_fail(NNP_ERR_STATE, "no CUDA evaluation of the current atoms yet: evaluate first");
+    int capturing = 0;
+    nnp_status st = capture_state((cudaStream_t)stream, &capturing);
+    if (st != NNP_OK) return st;
+    if (capturing)
+        return nnp_fail(NNP_ERR_CAPTURE, "batch energies cannot be read while the stream is being captured (it would "
+                        "synchronise); read them after the graph has run");
+    if (plan->n_batches > 0)
+        CUDA_TRY(cudaMemcpyAsync(energies, s->batch_energy, sizeof(double) * plan->n_batches, cudaMemcpyDeviceToHost,
+                                 (cudaStream_t)stream));
+    CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream));
+    return check_flags(plan, s);
+}

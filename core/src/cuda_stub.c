@@ -1,0 +1,14 @@
+/* The CUDA entry points of a libnnp built without CUDA: each says so. */
+#include "internal.h"
+
+static nnp_status no_cuda(void) {
+    return nnp_fail(NNP_ERR_UNSUPPORTED, "this libnnp was built without CUDA (configure with the CUDA toolkit present)");
+}
+
+int nnp_cuda_available(void) { return 0; }
+void nnp_cuda_release(nnp_plan* plan) { (void)plan; }
+nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) { (void)plan, (void)io; return no_cuda(); }
+nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, double* energies) {
+    (void)plan, (void)stream, (void)energies;
+    return no_cuda();
+}

@@ -1,0 +1,309 @@
+/*
+ * The CUDA evaluation against the CPU evaluation, and captured into a CUDA graph and replayed.
+ * Skips (exit code 77, with the reason) where no CUDA device is present.
+ */
+#include "test.h"
+
+#include <cuda_runtime_api.h>
+
+#define NMOL 6
+#define CUDA_OK(call)                                                                            \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+typedef struct system_t {
+    int32_t n, n_batches;
+    int32_t *z, *batch;
+    double* pos; /* Å */
+} system_t;
+
+/* Six drug-like molecules, interleaved atom by atom, in batches 0, 2, ..., 10 (odd ones empty). */
+static system_t make_system(void) {
+    static const char* const files[NMOL] = {"0001", "0002", "0030", "0147", "0251", "0259"};
+    molecule mols[NMOL];
+    system_t s = {0, 2 * NMOL - 1, NULL, NULL, NULL};
+    for (int k = 0; k < NMOL; k++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "molecules/druglike/drugbank-%s.xyz", files[k]);
+        mols[k] = read_molecule_or_die(rel);
+        s.n += mols[k].n;
+    }
+    s.z = malloc(sizeof(int32_t) * s.n);
+    s.batch = malloc(sizeof(int32_t) * s.n);
+    s.pos = malloc(sizeof(double) * 3 * s.n);
+    int32_t next[NMOL] = {0};
+    for (int32_t i = 0; i < s.n;)
+        for (int k = 0; k < NMOL && i < s.n; k++) {
+            if (next[k] == mols[k].n) continue;
+            int32_t a = next[k]++;
+            s.z[i] = mols[k].z[a];
+            s.batch[i] = 2 * k;
+            for (int c = 0; c < 3; c++) s.pos[3 * i + c] = mols[k].pos[3 * a + c]; /* overlapping in space */
+            i++;
+        }
+    for (int k = 0; k < NMOL; k++) free_molecule(&mols[k]);
+    return s;
+}
+
+static double rms_relative(const double* ref, const double* x, int n) {
+    double d = 0, r = 0;
+    for (int i = 0; i < n; i++) d += (ref[i] - x[i]) * (ref[i] - x[i]), r += ref[i] * ref[i];
+    return sqrt(d / r);
+}
+
+/* CUDA evaluation with plain arrays: positions (n×3 double, device), forces back to the host. */
+static nnp_status eval_plain(nnp_plan* plan, cudaStream_t stream, double* d_pos, double* d_forces, double* d_energy,
+                             double* forces, double* energy, double* batches) {
+    nnp_cuda_io io = {0};
+    io.stream = stream;
+    io.positions = d_pos;
+    io.positions_format = NNP_POSITIONS_XYZ_DOUBLE;
+    io.forces = d_forces;
+    io.forces_format = NNP_FORCES_XYZ_DOUBLE;
+    io.energy = d_energy;
+    io.energy_is_double = 1;
+    CUDA_OK(cudaMemsetAsync(d_energy, 0, sizeof(double), stream));
+    nnp_status st = nnp_evaluate_cuda(plan, &io);
+    if (st != NNP_OK) return st;
+    int n = nnp_plan_num_atoms(plan);
+    CUDA_OK(cudaMemcpyAsync(forces, d_forces, sizeof(double) * 3 * n, cudaMemcpyDeviceToHost, stream));
+    CUDA_OK(cudaMemcpyAsync(energy, d_energy, sizeof(double), cudaMemcpyDeviceToHost, stream));
+    return nnp_cuda_batch_energies(plan, stream, batches);
+}
+
+static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member, nnp_precision precision, double etol,
+                             double ftol) {
+    nnp_plan* cpu;
+    nnp_plan* gpu;
+    CHECK_OK(nnp_plan_create(model, &cpu));
+    CHECK_OK(nnp_plan_create(model, &gpu));
+    CHECK_OK(nnp_plan_set_atoms(cpu, s->n, s->z, s->batch));
+    CHECK_OK(nnp_plan_set_atoms(gpu, s->n, s->z, s->batch));
+    CHECK_OK(nnp_plan_set_member(cpu, member));
+    CHECK_OK(nnp_plan_set_member(gpu, member));
+    CHECK_OK(nnp_plan_set_cuda_precision(gpu, precision));
+    double e_cpu, e_gpu, *f_cpu = malloc(sizeof(double) * 3 * s->n), *f_gpu = malloc(sizeof(double) * 3 * s->n);
+    double b_cpu[2 * NMOL], b_gpu[2 * NMOL];
+    CHECK_OK(nnp_evaluate_cpu(cpu, s->pos, NULL, &e_cpu, b_cpu, f_cpu));
+    double *d_pos, *d_forces, *d_energy;
+    CUDA_OK(cudaMalloc((void**)&d_pos, sizeof(double) * 3 * s->n));
+    CUDA_OK(cudaMalloc((void**)&d_forces, sizeof(double) * 3 * s->n));
+    CUDA_OK(cudaMalloc((void**)&d_energy, sizeof(double)));
+    CUDA_OK(cudaMemcpy(d_pos, s->pos, sizeof(double) * 3 * s->n, cudaMemcpyHostToDevice));
+    CHECK_OK(eval_plain(gpu, 0, d_pos, d_forces, d_energy, f_gpu, &e_gpu, b_gpu));
+    double worst = 0;
+    for (int b = 0; b < s->n_batches; b++) {
+        if (b % 2) CHECK(b_gpu[b] == 0.0);
+        else worst = fmax(worst, fabs(b_gpu[b] - b_cpu[b]) / fabs(b_cpu[b]));
+    }
+    double frms = rms_relative(f_cpu, f_gpu, 3 * s->n);
+    printf("%s member %2d: energy CPU %.10f GPU %.10f (rel %.2e), worst batch rel %.2e, forces rel RMS %.2e\n",
+           precision == NNP_PRECISION_DOUBLE ? "double" : "single", member, e_cpu, e_gpu, fabs(e_gpu - e_cpu) / fabs(e_cpu),
+           worst, frms);
+    CHECK(fabs(e_gpu - e_cpu) <= etol * fabs(e_cpu));
+    CHECK(worst <= etol);
+    CHECK(frms <= ftol);
+    /* Deterministic: a second evaluation gives the same bits. */
+    double e2, *f2 = malloc(sizeof(double) * 3 * s->n), b2[2 * NMOL];
+    CHECK_OK(eval_plain(gpu, 0, d_pos, d_forces, d_energy, f2, &e2, b2));
+    CHECK(e2 == e_gpu && memcmp(f2, f_gpu, sizeof(double) * 3 * s->n) == 0);
+    free(f2), free(f_cpu), free(f_gpu);
+    cudaFree(d_pos), cudaFree(d_forces), cudaFree(d_energy);
+    nnp_plan_free(cpu);
+    nnp_plan_free(gpu);
+}
+
+/* OpenMM's conventions: float4 positions in a permuted ("reordered") layout with an index array,
+   fixed-point forces with a stride, float energy; then graph capture and replay. */
+static void test_openmm_layout_and_capture(nnp_model* model, const system_t* s) {
+    int n = s->n, stride = n + 13;
+    int32_t* sorted = malloc(sizeof(int32_t) * n); /* position index → particle */
+    for (int i = 0; i < n; i++) sorted[i] = (int32_t)((7L * i + 3) % n);
+    float* pos4 = malloc(sizeof(float) * 4 * n);
+    nnp_plan* plan;
+    CHECK_OK(nnp_plan_create(model, &plan));
+    CHECK_OK(nnp_plan_set_atoms(plan, n, s->z, s->batch));
+    CHECK_OK(nnp_plan_set_units(plan, NNP_UNITS_NM_KJMOL));
+    cudaStream_t stream;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    float* d_pos4;
+    int32_t* d_sorted;
+    long long* d_forces;
+    float* d_energy;
+    CUDA_OK(cudaMalloc((void**)&d_pos4, sizeof(float) * 4 * n));
+    CUDA_OK(cudaMalloc((void**)&d_sorted, sizeof(int32_t) * n));
+    CUDA_OK(cudaMalloc((void**)&d_forces, sizeof(long long) * 3 * stride));
+    CUDA_OK(cudaMalloc((void**)&d_energy, sizeof(float)));
+    CUDA_OK(cudaMemcpy(d_sorted, sorted, sizeof(int32_t) * n, cudaMemcpyHostToDevice));
+    nnp_cuda_io io = {0};
+    io.stream = stream;
+    io.positions = d_pos4;
+    io.positions_format = NNP_POSITIONS_FLOAT4;
+    io.sorted_particles = d_sorted;
+    io.n_particles = n;
+    io.forces = d_forces;
+    io.forces_format = NNP_FORCES_FIXED_POINT;
+    io.forces_stride = stride;
+    io.energy = d_energy;
+    io.energy_is_double = 0;
+
+    /* Positions at step k: the molecules, slightly displaced. */
+#define SET_POSITIONS(k)                                                                                  \
+    do {                                                                                                  \
+        for (int i = 0; i < n; i++) {                                                                     \
+            int p = sorted[i];                                                                            \
+            for (int c = 0; c < 3; c++) pos4[4 * i + c] = (float)(0.1 * s->pos[3 * p + c] + 1e-3 * sin(0.7 * p + c + (k))); \
+            pos4[4 * i + 3] = 0;                                                                          \
+        }                                                                                                 \
+        CUDA_OK(cudaMemcpyAsync(d_pos4, pos4, sizeof(float) * 4 * n, cudaMemcpyHostToDevice, stream));     \
+        CUDA_OK(cudaStreamSynchronize(stream));                                                           \
+    } while (0)
+
+    /* Capture before the first evaluation is refused, and the capture can be ended cleanly. */
+    cudaGraph_t graph;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    CHECK_FAILS(nnp_evaluate_cuda(plan, &io), NNP_ERR_CAPTURE, "run one step");
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(cudaGraphDestroy(graph));
+
+    /* Eager reference values for 5 positions, then the same from one graph replayed 5 times. */
+    enum { STEPS = 5 };
+    long long* eager_f = malloc(sizeof(long long) * 3 * stride * STEPS);
+    float eager_e[STEPS];
+    for (int k = 0; k < STEPS; k++) {
+        SET_POSITIONS(k);
+        CUDA_OK(cudaMemsetAsync(d_forces, 0, sizeof(long long) * 3 * stride, stream));
+        CUDA_OK(cudaMemsetAsync(d_energy, 0, sizeof(float), stream));
+        CHECK_OK(nnp_evaluate_cuda(plan, &io));
+        CUDA_OK(cudaMemcpyAsync(eager_f + (size_t)k * 3 * stride, d_forces, sizeof(long long) * 3 * stride, cudaMemcpyDeviceToHost, stream));
+        CUDA_OK(cudaMemcpyAsync(&eager_e[k], d_energy, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+    }
+    /* The fixed-point forces agree with the CPU evaluation, mapped through the permutation. */
+    {
+        nnp_plan* cpu;
+        CHECK_OK(nnp_plan_create(model, &cpu));
+        CHECK_OK(nnp_plan_set_atoms(cpu, n, s->z, s->batch));
+        CHECK_OK(nnp_plan_set_units(cpu, NNP_UNITS_NM_KJMOL));
+        double* p = malloc(sizeof(double) * 3 * n);
+        double* f = malloc(sizeof(double) * 3 * n);
+        double* g = malloc(sizeof(double) * 3 * n);
+        double e;
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < 3; c++) p[3 * sorted[i] + c] = pos4[4 * i + c];
+        CHECK_OK(nnp_evaluate_cpu(cpu, p, NULL, &e, NULL, f));
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < 3; c++)
+                g[3 * sorted[i] + c] = (double)eager_f[(size_t)(STEPS - 1) * 3 * stride + i + c * stride] / 4294967296.0;
+        printf("OpenMM layout: energy CPU %.4f GPU %.4f kJ/mol (rel %.2e), forces rel RMS %.2e\n", e, eager_e[STEPS - 1],
+               fabs(eager_e[STEPS - 1] - e) / fabs(e), rms_relative(f, g, 3 * n));
+        CHECK(fabs(eager_e[STEPS - 1] - e) <= 1e-5 * fabs(e));
+        CHECK(rms_relative(f, g, 3 * n) <= 1e-3);
+        free(p), free(f), free(g);
+        nnp_plan_free(cpu);
+    }
+    /* Capture the evaluation (with the zeroing around it, as a step would) and replay it. */
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    CUDA_OK(cudaMemsetAsync(d_forces, 0, sizeof(long long) * 3 * stride, stream));
+    CUDA_OK(cudaMemsetAsync(d_energy, 0, sizeof(float), stream));
+    CHECK_OK(nnp_evaluate_cuda(plan, &io));
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    long long* replay_f = malloc(sizeof(long long) * 3 * stride);
+    int identical = 1;
+    for (int k = 0; k < STEPS; k++) {
+        SET_POSITIONS(k);
+        CUDA_OK(cudaGraphLaunch(exec, stream));
+        float e;
+        CUDA_OK(cudaMemcpyAsync(replay_f, d_forces, sizeof(long long) * 3 * stride, cudaMemcpyDeviceToHost, stream));
+        CUDA_OK(cudaMemcpyAsync(&e, d_energy, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+        identical &= e == eager_e[k] && memcmp(replay_f, eager_f + (size_t)k * 3 * stride, sizeof(long long) * 3 * stride) == 0;
+    }
+    printf("graph replay: %d replays with moving positions %s the eager evaluations\n", STEPS,
+           identical ? "bit-identical to" : "DIFFER from");
+    CHECK(identical);
+    double batches[2 * NMOL];
+    CHECK_OK(nnp_cuda_batch_energies(plan, stream, batches));
+
+    /* A change that needs new buffers: capture refused until one evaluation outside capture. */
+    int32_t* moved = malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++) moved[i] = s->batch[i] == 2 ? 20 : s->batch[i];
+    CHECK_OK(nnp_plan_set_atoms(plan, n, s->z, moved));
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    CHECK_FAILS(nnp_evaluate_cuda(plan, &io), NNP_ERR_CAPTURE, "changed since the last evaluation outside capture");
+    CHECK_FAILS(nnp_cuda_batch_energies(plan, stream, batches), NNP_ERR_STATE, "evaluate first");
+    cudaGraph_t g2;
+    CUDA_OK(cudaStreamEndCapture(stream, &g2));
+    CUDA_OK(cudaGraphDestroy(g2));
+    CHECK_OK(nnp_evaluate_cuda(plan, &io));
+    CHECK(nnp_plan_num_batches(plan) == 21);
+    double moved_batches[21];
+    CHECK_OK(nnp_cuda_batch_energies(plan, stream, moved_batches));
+    CHECK(fabs(moved_batches[20] - batches[2]) < 1e-6 * fabs(batches[2]) && moved_batches[2] == 0.0);
+
+    /* Non-finite coordinates: refused at the first evaluation after new buffers, and reported by
+       the next look after an evaluation that is already running. */
+    pos4[4 * 5 + 1] = NAN;
+    CUDA_OK(cudaMemcpy(d_pos4, pos4, sizeof(float) * 4 * n, cudaMemcpyHostToDevice));
+    CHECK_OK(nnp_evaluate_cuda(plan, &io));
+    CHECK_FAILS(nnp_cuda_batch_energies(plan, stream, batches), NNP_ERR_NONFINITE, "not finite");
+    CHECK_OK(nnp_plan_set_atoms(plan, n, s->z, s->batch));
+    CHECK_FAILS(nnp_evaluate_cuda(plan, &io), NNP_ERR_NONFINITE, "not finite");
+
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    cudaFree(d_pos4), cudaFree(d_sorted), cudaFree(d_forces), cudaFree(d_energy);
+    CUDA_OK(cudaStreamDestroy(stream));
+    free(eager_f), free(replay_f), free(sorted), free(pos4), free(moved);
+    nnp_plan_free(plan);
+}
+
+/* A batch so dense that every atom has more neighbours than the capacity: reported, not silent. */
+static void test_overflow(nnp_model* model) {
+    int n = 600;
+    int32_t* z = malloc(sizeof(int32_t) * n);
+    int32_t* b = calloc(n, sizeof(int32_t));
+    double* pos = malloc(sizeof(double) * 3 * n);
+    for (int i = 0; i < n; i++) {
+        z[i] = 1;
+        pos[3 * i] = 0.5 * (i % 8), pos[3 * i + 1] = 0.5 * ((i / 8) % 8), pos[3 * i + 2] = 0.5 * (i / 64);
+    }
+    nnp_plan* plan;
+    CHECK_OK(nnp_plan_create(model, &plan));
+    CHECK_OK(nnp_plan_set_atoms(plan, n, z, b));
+    CHECK_OK(nnp_plan_set_member(plan, 0));
+    double *d_pos, *d_f, *d_e, e, be;
+    double* f = malloc(sizeof(double) * 3 * n);
+    CUDA_OK(cudaMalloc((void**)&d_pos, sizeof(double) * 3 * n));
+    CUDA_OK(cudaMalloc((void**)&d_f, sizeof(double) * 3 * n));
+    CUDA_OK(cudaMalloc((void**)&d_e, sizeof(double)));
+    CUDA_OK(cudaMemcpy(d_pos, pos, sizeof(double) * 3 * n, cudaMemcpyHostToDevice));
+    CHECK_FAILS(eval_plain(plan, 0, d_pos, d_f, d_e, f, &e, &be), NNP_ERR_STATE, "more than the CUDA evaluation's capacity");
+    cudaFree(d_pos), cudaFree(d_f), cudaFree(d_e);
+    free(z), free(b), free(pos), free(f);
+    nnp_plan_free(plan);
+}
+
+int main(void) {
+    if (!nnp_cuda_available()) {
+        printf("test_cuda: skipped: %s\n", "no CUDA device (or libnnp built without CUDA)");
+        return 77;
+    }
+    nnp_model* model = load_model_or_die("models/ani-model-zoo/ani-2x_8x.info");
+    system_t s = make_system();
+    compare_with_cpu(model, &s, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+    compare_with_cpu(model, &s, 3, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+    compare_with_cpu(model, &s, -1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
+    test_openmm_layout_and_capture(model, &s);
+    test_overflow(model);
+    free(s.z), free(s.batch), free(s.pos);
+    nnp_model_free(model);
+    return test_finish("test_cuda");
+}

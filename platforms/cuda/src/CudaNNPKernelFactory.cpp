@@ -1,0 +1,35 @@
+#include "CudaNNPKernels.h"
+#include "internal/NNPForceImpl.h"
+#include "internal/windowsExportNNP.h"
+#include "openmm/KernelFactory.h"
+#include "openmm/OpenMMException.h"
+#include "openmm/cuda/CudaPlatform.h"
+#include "openmm/internal/ContextImpl.h"
+
+using namespace NNPPlugin;
+using namespace OpenMM;
+
+/** Creates the NNPForce kernel of the CUDA platform. */
+class CudaNNPKernelFactory : public KernelFactory {
+public:
+    KernelImpl* createKernelImpl(std::string name, const Platform& platform, ContextImpl& context) const override {
+        CudaPlatform::PlatformData& data = *static_cast<CudaPlatform::PlatformData*>(context.getPlatformData());
+        if (name == CalcNNPForceKernel::Name()) return new CudaCalcNNPForceKernel(name, platform, *data.contexts[0]);
+        throw OpenMMException("NNPForce: no kernel '" + name + "' on platform " + platform.getName());
+    }
+};
+
+static void registerCudaNNPKernels() {
+    for (int i = 0; i < Platform::getNumPlatforms(); i++) {
+        Platform& platform = Platform::getPlatform(i);
+        if (platform.getName() == "CUDA" && !platform.supportsKernels({CalcNNPForceKernel::Name()}))
+            platform.registerKernelFactory(CalcNNPForceKernel::Name(), new CudaNNPKernelFactory());
+    }
+}
+
+extern "C" OPENMM_EXPORT_NNP void registerPlatforms() {}
+
+extern "C" OPENMM_EXPORT_NNP void registerKernelFactories() {
+    NNPForceImpl::addKernelRegistrar(registerCudaNNPKernels);
+    registerCudaNNPKernels();
+}
