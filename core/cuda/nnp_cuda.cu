@@ -27,6 +27,7 @@
 
 #define NNP_CUDA_MAX_NEIGHBORS 512 /* per atom, for batches larger than this plus one */
 #define NNP_PI_F 3.14159265358979323846
+#define NNP_CUDA_STAGES 7 /* positions+neighbours, AEV, forward, output, backward, forces, batch sums */
 #define AEV_THREADS 256
 #define BWD_THREADS 128
 #define GEMM_TILE 64
@@ -515,11 +516,14 @@ __global__ void k_reset_flags(int* flags) {
     flags[0] = 0x7fffffff, flags[1] = 0, flags[2] = 0, flags[3] = 0;
 }
 
-/* Plain output: fixed-point [3][n] → n×3 doubles. */
+/* Plain output: fixed-point [3][n] → n×3 doubles. The plan's own buffer uses 2^-48 steps
+   (PLAIN_FIXED_EXTRA more than OpenMM's 2^-32), as Hartree/Å forces are small numbers. */
+#define PLAIN_FIXED_EXTRA 65536.0
 __global__ void k_fixed_to_xyz(const unsigned long long* __restrict__ fixed, int n, double* __restrict__ out) {
     int a = blockIdx.x * blockDim.x + threadIdx.x;
     if (a >= n) return;
-    for (int c = 0; c < 3; c++) out[3 * a + c] = (double)(long long)fixed[a + (size_t)c * n] / (double)0x100000000LL;
+    for (int c = 0; c < 3; c++)
+        out[3 * a + c] = (double)(long long)fixed[a + (size_t)c * n] / ((double)0x100000000LL * PLAIN_FIXED_EXTRA);
 }
 
 /* ------------------------------------------------------------------ host side */
@@ -579,6 +583,10 @@ struct nnp_cuda_state {
     size_t fwd_job0[NNP_MAX_LAYERS], bwd_job0[NNP_MAX_LAYERS];
     dim3 fwd_grid[NNP_MAX_LAYERS], bwd_grid[NNP_MAX_LAYERS];
     int* host_flags; /* pinned: flags of the latest evaluation, copied asynchronously */
+    /* stage timing (NNP_CUDA_PROFILE=1, evaluations outside capture only) */
+    cudaEvent_t events[NNP_CUDA_STAGES + 1];
+    int profiling;
+    double stage_us[NNP_CUDA_STAGES];
 };
 
 static const int FLAG_CLEAR[4] = {0x7fffffff, 0, 0, 0};
@@ -593,6 +601,7 @@ static void free_state(nnp_cuda_state* s) {
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
     for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
     if (s->host_flags) cudaFreeHost(s->host_flags);
+    for (int k = 0; s->profiling && k <= NNP_CUDA_STAGES; k++) cudaEventDestroy(s->events[k]);
     if (pushed) driver.ctxPopCurrent(&previous);
     free(s);
 }
@@ -853,7 +862,8 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
 }
 
 template <typename real>
-static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* io, cudaStream_t stream, const Box<real>& box) {
+static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* io, cudaStream_t stream, const Box<real>& box,
+                         int profile) {
     typedef typename real4_of<real>::type real4;
     const nnp_model* m = plan->model;
     int n = s->n_atoms, E = m->n_elements, M = s->members;
@@ -862,6 +872,10 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
     const int with_forces = io->forces_format != NNP_FORCES_NONE;
     AevParams<real> P = aev_params<real>(m);
     size_t A = m->aev_length;
+    int stage = 0;
+#define MARK() \
+    if (profile) cudaEventRecord(s->events[stage++], stream)
+    MARK();
     if (n > 0) {
         if (io->sorted_particles)
             k_inverse_order<<<(s->n_particles + 255) / 256, 256, 0, stream>>>(io->sorted_particles, s->n_particles, s->index_of);
@@ -871,12 +885,15 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         k_neighbors<real><<<(n * 32 + 127) / 128, 128, 0, stream>>>((real4*)s->xyz, s->atom_batch, s->batch_start,
                                                                      s->batch_atoms, n, (real)(m->aev.Rcr * m->aev.Rcr), box,
                                                                      s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec, s->flags);
+        MARK();
         size_t shmem = (size_t)s->capacity * (sizeof(real4) + 2 * sizeof(int));
         k_aev<real><<<n, AEV_THREADS, shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec,
                                                        s->element, (real*)s->aev, (int)A);
+        MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
         for (int h = 0; h < s->n_hidden; h++)
             k_gemm<real, true, EPI_BIAS_CELU><<<s->fwd_grid[h], 256, 0, stream>>>(jobs + s->fwd_job0[h]);
+        MARK();
         const double scale = 1.0 / M;
         real* W = (real*)s->weights;
         int last = s->n_hidden - 1;
@@ -889,13 +906,16 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                                                                      M, WL, r, s->row_atom + s->elem_row0[e], scale, s->atom_energy,
                                                                      (real*)s->D[last] + s->y_offset[last][e], with_forces);
         }
+        MARK();
         if (with_forces) {
             for (int h = s->n_hidden - 1; h >= 1; h--)
                 k_gemm<real, false, EPI_DERIV><<<s->bwd_grid[h], 256, 0, stream>>>(jobs + s->bwd_job0[h]);
             k_gemm<real, false, EPI_NONE><<<s->bwd_grid[0], 256, 0, stream>>>(jobs + s->bwd_job0[0]);
+            MARK();
             unsigned long long* target;
             const int* findex;
             long long stride;
+            double force_unit = eunit * to_angstrom;
             if (io->forces_format == NNP_FORCES_FIXED_POINT) {
                 target = (unsigned long long*)io->forces;
                 stride = io->forces_stride;
@@ -905,18 +925,23 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                 target = s->fixed;
                 stride = n;
                 findex = s->identity;
+                force_unit *= PLAIN_FIXED_EXTRA;
             }
             k_aev_backward<real><<<n, BWD_THREADS, shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index,
                                                                     (real4*)s->nbr_vec, s->element, (real*)s->daev, (int)A,
-                                                                    findex, target, stride, eunit * to_angstrom);
+                                                                    findex, target, stride, force_unit);
             if (io->forces_format == NNP_FORCES_XYZ_DOUBLE)
                 k_fixed_to_xyz<<<(n + 127) / 128, 128, 0, stream>>>(s->fixed, n, (double*)io->forces);
+            MARK();
         }
     }
+    while (profile && stage < NNP_CUDA_STAGES) MARK(); /* stages skipped (no atoms or no forces) take no time */
     if (s->n_batches > 0)
         k_batch_energies<<<(s->n_batches * 32 + 127) / 128, 128, 0, stream>>>(s->atom_energy, s->self_energy, s->batch_start,
                                                                               s->batch_atoms, s->n_batches, eunit, s->batch_energy);
     k_total_energy<<<1, 256, 0, stream>>>(s->batch_energy, s->n_batches, io->energy, io->energy_is_double, s->total, s->flags);
+    MARK();
+#undef MARK
     cudaMemcpyAsync(s->host_flags, s->flags, sizeof(int) * 4, cudaMemcpyDeviceToHost, stream);
     k_reset_flags<<<1, 1, 0, stream>>>(s->flags);
     cudaError_t err = cudaGetLastError();
@@ -1004,16 +1029,29 @@ extern "C" nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) {
         st = nnp_check_box(io->box, m->aev.Rcr, to_angstrom);
         if (st != NNP_OK) return st;
     }
+    int profile = 0;
+    if (!capturing && getenv("NNP_CUDA_PROFILE") != NULL && atoi(getenv("NNP_CUDA_PROFILE")) > 0) {
+        for (int k = 0; !s->profiling && k <= NNP_CUDA_STAGES; k++) CUDA_TRY(cudaEventCreate(&s->events[k]));
+        s->profiling = profile = 1;
+    }
     if (s->precision == NNP_PRECISION_DOUBLE) {
         Box<double> box = {io->box != NULL, {0}};
         for (int k = 0; io->box && k < 9; k++) box.a[k] = io->box[k] * to_angstrom;
-        st = launch<double>(plan, s, io, stream, box);
+        st = launch<double>(plan, s, io, stream, box, profile);
     } else {
         Box<float> box = {io->box != NULL, {0}};
         for (int k = 0; io->box && k < 9; k++) box.a[k] = (float)(io->box[k] * to_angstrom);
-        st = launch<float>(plan, s, io, stream, box);
+        st = launch<float>(plan, s, io, stream, box, profile);
     }
     if (st != NNP_OK) return st;
+    if (profile) {
+        CUDA_TRY(cudaEventSynchronize(s->events[NNP_CUDA_STAGES]));
+        for (int k = 0; k < NNP_CUDA_STAGES; k++) {
+            float ms = 0;
+            cudaEventElapsedTime(&ms, s->events[k], s->events[k + 1]);
+            s->stage_us[k] = 1000.0 * ms;
+        }
+    }
     if (!capturing && !s->evaluated) {
         /* The first evaluation with new buffers: wait for it, so that bad input is reported now. */
         CUDA_TRY(cudaStreamSynchronize(stream));
@@ -1041,4 +1079,12 @@ extern "C" nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, doub
                                  (cudaStream_t)stream));
     CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream));
     return check_flags(plan, s);
+}
+
+extern "C" nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds) {
+    nnp_cuda_state* s = plan ? (nnp_cuda_state*)plan->cuda : NULL;
+    if (s == NULL || microseconds == NULL || !s->profiling)
+        return nnp_fail(NNP_ERR_STATE, "no profiled CUDA evaluation: set NNP_CUDA_PROFILE=1 and evaluate outside capture");
+    memcpy(microseconds, s->stage_us, sizeof s->stage_us);
+    return NNP_OK;
 }

@@ -99,6 +99,12 @@ static void* other_thread(void* arg) {
 }
 
 int main(void) {
+    DIR* zoo = opendir(shared_path("models/ani-model-zoo/ani-1x_8x/train0/networks"));
+    if (zoo == NULL) {
+        printf("test_errors: skipped: the NeuroChem files of the ANI-1x model zoo are not in %s\n", shared_path("models"));
+        return 77;
+    }
+    closedir(zoo);
     snprintf(tmpdir, sizeof tmpdir, "%s/test_errors.XXXXXX", NNP_BUILD_DIR);
     CHECK(mkdtemp(tmpdir) != NULL);
     nnp_model* m = NULL;

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Builds and tests on the GPU machine (see docs/cuda.md). Expects, in the ignored folder .device/
+# (made by scripts/gpu-pack.sh on a development machine): openmm-libs.tar.xz (OpenMM 8.6.1's
+# libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
+# byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to $OUT (or .device/out).
+#   scripts/gpu-test.sh [build|test|sanitize|bench]...   (default: build test sanitize)
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+d="$root/.device"
+out="${OUT:-$d/out}"
+mkdir -p "$out"
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(build test sanitize)
+export OPENMM_DIR="$d/omm/OpenMM.libs"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export NNP_SHARED_DIR="$d/shared"
+for step in "${steps[@]}"; do
+  case "$step" in
+  build)
+    mkdir -p "$d/omm" "$d/shared/models/ani-model-zoo"
+    [ -d "$OPENMM_DIR" ] || tar xJf "$d/openmm-libs.tar.xz" -C "$d/omm"
+    [ -d "$d/shared/molecules" ] || tar xJf "$d/molecules.tar.xz" -C "$d/shared"
+    python3 - "$d" <<'PY'
+import lzma, os, sys
+import numpy as np
+d = sys.argv[1]
+for src, dst in (("ani1x", "ani-1x_8x.info"), ("ani2x", "ani-2x_8x.info")):
+    target = os.path.join(d, "shared/models/ani-model-zoo", dst)  # .nnpm content; libnnp reads it by its magic bytes
+    if os.path.exists(target) or not os.path.exists(os.path.join(d, src + ".shuf.xz")):
+        continue
+    raw = np.frombuffer(lzma.open(os.path.join(d, src + ".shuf.xz")).read(), dtype=np.uint8)
+    n = len(raw) // 4 * 4
+    open(target, "wb").write(raw[:n].reshape(4, -1).T.copy().tobytes() + raw[n:].tobytes())
+    print("model", dst, len(raw), "bytes")
+PY
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+    rm -f "$d/build/CMakeCache.txt"
+    cmake -S "$root" -B "$d/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNNP_BUILD_PYTHON=OFF \
+      -DNNP_SHARED_DIR="$d/shared" -DBZIP2_INCLUDE_DIR="$d/include" \
+      -DBZIP2_LIBRARY_RELEASE="$(ls /usr/lib/x86_64-linux-gnu/libbz2.so* /lib/x86_64-linux-gnu/libbz2.so* "$d"/lib/libbz2.so 2>/dev/null | head -n 1)" > "$out/configure.log" 2>&1 \
+      || { tail -n 40 "$out/configure.log"; exit 1; }
+    cmake --build "$d/build" -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -n 40; exit 1; }
+    echo "build: ok" ;;
+  test)
+    ctest --test-dir "$d/build" --output-on-failure -j 4 2>&1 | tee "$out/ctest.log" | grep -vE "^  ok:" | tail -n 60 ;;
+  sanitize)
+    for tool in memcheck racecheck; do
+      quick=""; [ "$tool" = racecheck ] && quick=1   # racecheck is slow: one comparison, not the whole test
+      env ${quick:+NNP_TEST_QUICK=1} timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$d/build/core/tests/test_cuda" > "$out/sanitizer-$tool.log" 2>&1
+      echo "compute-sanitizer $tool on test_cuda: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -n 1))"
+    done ;;
+  bench)
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$d/build/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench.txt" ;;
+  esac
+done
