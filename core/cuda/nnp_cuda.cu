@@ -231,8 +231,17 @@ __device__ int load_neighbors(int i, int capacity, const int* __restrict__ count
 }
 
 /* AEVs, one block per atom (rows in element order), one thread per feature. */
+/* Copies the AEV parameters from device memory into shared memory (indexed per thread, they
+   would otherwise be copied to local memory from the kernel's parameters). */
+template <typename real> __device__ void load_params(const AevParams<real>* __restrict__ src, AevParams<real>& dst) {
+    const int* from = (const int*)src;
+    int* to = (int*)&dst;
+    for (int k = threadIdx.x; k < (int)(sizeof(AevParams<real>) / sizeof(int)); k += blockDim.x) to[k] = from[k];
+    __syncthreads();
+}
+
 template <typename real>
-__global__ void __launch_bounds__(AEV_THREADS) k_aev(AevParams<real> P, const int* __restrict__ row_atom, int capacity,
+__global__ void __launch_bounds__(AEV_THREADS) k_aev(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
                                                      const int* __restrict__ count, const int* __restrict__ nbr_index,
                                                      const typename real4_of<real>::type* __restrict__ nbr_vec,
                                                      const int* __restrict__ element, real* __restrict__ aev, int ld) {
@@ -241,6 +250,8 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev(AevParams<real> P, const in
     int* s_el = (int*)(s_vec + capacity);
     int* s_ang = s_el + capacity;
     __shared__ int s_nang, s_scan[AEV_THREADS / 32];
+    __shared__ AevParams<real> P;
+    load_params(params, P);
     int row = blockIdx.x, i = row_atom[row];
     int nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rca, s_vec, s_el, s_ang, &s_nang, s_scan);
     int na = s_nang;
@@ -297,11 +308,25 @@ template <typename real> struct GemmJob {
     const real* bias;
     const real* aux;
     int m, n, k, lda, ldb, ldc, ldaux;
+    real* partial; /* split-K: ksplit × m × n partial sums, reduced in order by k_gemm_reduce */
 };
 
+template <typename real> __device__ __forceinline__ real epilogue(int epi, const GemmJob<real>& job, int gr, int gc, real v) {
+    if (epi == EPI_BIAS || epi == EPI_BIAS_CELU) v += job.bias[gc];
+    if (epi == EPI_BIAS_CELU) v = celu(v);
+    if (epi == EPI_DERIV) v *= celu_deriv_from_output(job.aux[(size_t)gr * job.ldaux + gc]);
+    return v;
+}
+
+/* Split-K (small row counts, where one block per tile would walk a long k loop alone): block z
+   = job·ksplit + part computes k in [part·kc, (part+1)·kc) into partial; k_gemm_reduce adds the
+   parts in order and applies the epilogue, so the result does not depend on scheduling. */
 template <typename real, bool TRANS_B, int EPI>
-__global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ jobs) {
-    const GemmJob<real> job = jobs[blockIdx.z];
+__global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ jobs, int ksplit) {
+    const GemmJob<real> job = jobs[blockIdx.z / ksplit];
+    const int part = blockIdx.z % ksplit;
+    const int kc = ((job.k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
+    const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
     int row0 = blockIdx.y * GEMM_TILE, col0 = blockIdx.x * GEMM_TILE;
     if (row0 >= job.m || col0 >= job.n) return;
     __shared__ real As[GEMM_K][GEMM_TILE + 1];
@@ -312,18 +337,18 @@ __global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ 
     for (int r = 0; r < 4; r++)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[r][c] = 0;
-    for (int k0 = 0; k0 < job.k; k0 += GEMM_K) {
+    for (int k0 = kbegin; k0 < kend; k0 += GEMM_K) {
         for (int e = threadIdx.x; e < GEMM_TILE * GEMM_K; e += 256) {
             int r = e / GEMM_K, kk = e % GEMM_K;
             int gr = row0 + r, gk = k0 + kk;
-            As[kk][r] = (gr < job.m && gk < job.k) ? job.A[(size_t)gr * job.lda + gk] : (real)0;
+            As[kk][r] = (gr < job.m && gk < kend) ? job.A[(size_t)gr * job.lda + gk] : (real)0;
             if (TRANS_B) {
                 int gc = col0 + r;
-                Bs[kk][r] = (gc < job.n && gk < job.k) ? job.B[(size_t)gc * job.ldb + gk] : (real)0;
+                Bs[kk][r] = (gc < job.n && gk < kend) ? job.B[(size_t)gc * job.ldb + gk] : (real)0;
             } else {
                 int c = e % GEMM_TILE, kb = e / GEMM_TILE;
                 int gc2 = col0 + c, gk2 = k0 + kb;
-                Bs[kb][c] = (gc2 < job.n && gk2 < job.k) ? job.B[(size_t)gk2 * job.ldb + gc2] : (real)0;
+                Bs[kb][c] = (gc2 < job.n && gk2 < kend) ? job.B[(size_t)gk2 * job.ldb + gc2] : (real)0;
             }
         }
         __syncthreads();
@@ -349,12 +374,20 @@ __global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ 
         for (int c = 0; c < 4; c++) {
             int gc = col0 + tx + 16 * c;
             if (gc >= job.n) continue;
-            real v = acc[r][c];
-            if (EPI == EPI_BIAS || EPI == EPI_BIAS_CELU) v += job.bias[gc];
-            if (EPI == EPI_BIAS_CELU) v = celu(v);
-            if (EPI == EPI_DERIV) v *= celu_deriv_from_output(job.aux[(size_t)gr * job.ldaux + gc]);
-            job.C[(size_t)gr * job.ldc + gc] = v;
+            if (ksplit > 1) job.partial[((size_t)part * job.m + gr) * job.n + gc] = acc[r][c];
+            else job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, acc[r][c]);
         }
+    }
+}
+
+template <typename real, int EPI>
+__global__ void k_gemm_reduce(const GemmJob<real>* __restrict__ jobs, int ksplit) {
+    const GemmJob<real> job = jobs[blockIdx.y];
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < job.m * job.n; e += gridDim.x * blockDim.x) {
+        int gr = e / job.n, gc = e % job.n;
+        real v = 0;
+        for (int p = 0; p < ksplit; p++) v += job.partial[((size_t)p * job.m + gr) * job.n + gc];
+        job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, v);
     }
 }
 
@@ -363,10 +396,24 @@ __global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ 
 /* Per element: the last hidden layer's outputs Y (rows × members·width), output weights w_out
    (members × width) and biases. One warp per row: e = Σ_m scale·(w_m·y_m + b_m); if forces, the
    first backward step delta[row, m, :] = scale · w_m ⊙ celu'(y_m). */
+template <typename real> struct OutputJob {
+    const real* Y;
+    const real* w_out;
+    const real* b_out;
+    real* delta;
+    int row0, ldy, width, rows, pad;
+};
+
 template <typename real>
-__global__ void k_output(const real* __restrict__ Y, int ldy, const real* __restrict__ w_out, const real* __restrict__ b_out,
-                         int members, int width, int rows, const int* __restrict__ row_atom, double scale,
-                         double* __restrict__ atom_energy, real* __restrict__ delta, int with_forces) {
+__global__ void k_output(const OutputJob<real>* __restrict__ jobs, int members, const int* __restrict__ all_row_atom,
+                         double scale, double* __restrict__ atom_energy, int with_forces) {
+    const OutputJob<real> job = jobs[blockIdx.y];
+    const real* Y = job.Y;
+    const real* w_out = job.w_out;
+    const real* b_out = job.b_out;
+    real* delta = job.delta;
+    const int ldy = job.ldy, width = job.width, rows = job.rows;
+    const int* row_atom = all_row_atom + job.row0;
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (warp >= rows) return;
     const real* y = Y + (size_t)warp * ldy;
@@ -388,7 +435,7 @@ __global__ void k_output(const real* __restrict__ Y, int ldy, const real* __rest
 /* Forces from dE/dAEV, one block per atom. Contributions go to the fixed-point force buffer
    (index force_index[atom] of component c at c·stride), in units of `unit` per Hartree/Å. */
 template <typename real>
-__global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(AevParams<real> P, const int* __restrict__ row_atom, int capacity,
+__global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
                                                               const int* __restrict__ count, const int* __restrict__ nbr_index,
                                                               const typename real4_of<real>::type* __restrict__ nbr_vec,
                                                               const int* __restrict__ element, const real* __restrict__ daev,
@@ -400,6 +447,8 @@ __global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(AevParams<real> P,
     int* s_el = (int*)(s_vec + capacity);
     int* s_ang = s_el + capacity;
     __shared__ int s_nang, s_scan[BWD_THREADS / 32];
+    __shared__ AevParams<real> P;
+    load_params(params, P);
     int row = blockIdx.x, i = row_atom[row];
     int nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rca, s_vec, s_el, s_ang, &s_nang, s_scan);
     int na = s_nang;
@@ -572,6 +621,9 @@ struct nnp_cuda_state {
     size_t w_offset[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS + 1], b_offset[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS + 1];
     size_t wh_offset[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS][NNP_MAX_MEMBERS], bh_offset[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS][NNP_MAX_MEMBERS];
     /* device memory */
+    void* aev_params; /* AevParams<real> */
+    void* out_jobs;   /* OutputJob<real>, one per element present */
+    int n_out_jobs, max_rows;
     int *particle, *identity, *element, *atom_batch, *batch_start, *batch_atoms, *row_atom, *index_of, *force_index, *count, *nbr_index, *flags;
     void *xyz, *nbr_vec, *aev, *daev, *weights;
     void* Y[NNP_MAX_LAYERS];
@@ -582,6 +634,9 @@ struct nnp_cuda_state {
     int fwd_jobs[NNP_MAX_LAYERS], bwd_jobs[NNP_MAX_LAYERS];
     size_t fwd_job0[NNP_MAX_LAYERS], bwd_job0[NNP_MAX_LAYERS];
     dim3 fwd_grid[NNP_MAX_LAYERS], bwd_grid[NNP_MAX_LAYERS];
+    int fwd_ksplit[NNP_MAX_LAYERS], bwd_ksplit[NNP_MAX_LAYERS];
+    int fwd_mn[NNP_MAX_LAYERS], bwd_mn[NNP_MAX_LAYERS]; /* largest m·n of a launch's jobs */
+    void* partial;    /* split-K workspace, shared by the launches (they run in order) */
     int* host_flags; /* pinned: flags of the latest evaluation, copied asynchronously */
     /* stage timing (NNP_CUDA_PROFILE=1, evaluations outside capture only) */
     cudaEvent_t events[NNP_CUDA_STAGES + 1];
@@ -595,7 +650,7 @@ static void free_state(nnp_cuda_state* s) {
     if (s == NULL) return;
     CUcontext previous = NULL;
     int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
-    void* ptrs[] = {s->particle, s->identity, s->element, s->atom_batch, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
+    void* ptrs[] = {s->partial, s->aev_params, s->out_jobs, s->particle, s->identity, s->element, s->atom_batch, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
                     s->force_index, s->count, s->nbr_index, s->flags, s->xyz, s->nbr_vec, s->aev, s->daev, s->weights,
                     s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
@@ -625,6 +680,9 @@ template <typename real> static void preload() {
     cudaFuncGetAttributes(&attr, k_gemm<real, true, EPI_BIAS_CELU>);
     cudaFuncGetAttributes(&attr, k_gemm<real, false, EPI_DERIV>);
     cudaFuncGetAttributes(&attr, k_gemm<real, false, EPI_NONE>);
+    cudaFuncGetAttributes(&attr, k_gemm_reduce<real, EPI_BIAS_CELU>);
+    cudaFuncGetAttributes(&attr, k_gemm_reduce<real, EPI_DERIV>);
+    cudaFuncGetAttributes(&attr, k_gemm_reduce<real, EPI_NONE>);
     cudaFuncGetAttributes(&attr, k_output<real>);
     cudaFuncGetAttributes(&attr, k_aev_backward<real>);
     cudaFuncGetAttributes(&attr, k_batch_energies);
@@ -834,7 +892,54 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         s->bwd_jobs[h] = (int)(nj - s->bwd_job0[h]);
         s->bwd_grid[h] = dim3(gx, gy, s->bwd_jobs[h]);
     }
+    /* Split-K where the row counts are small: ~128 k per part, up to 16 parts. */
+    size_t partial_size = 0;
+    size_t* partial_at = (size_t*)malloc(sizeof(size_t) * (nj + 1));
+    for (size_t j = 0; j < nj; j++) partial_at[j] = (size_t)-1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int h = 0; h < s->n_hidden; h++) {
+            size_t j0 = pass ? s->bwd_job0[h] : s->fwd_job0[h];
+            int count = pass ? s->bwd_jobs[h] : s->fwd_jobs[h];
+            int max_m = 0, max_k = 0, max_mn = 0;
+            for (int j = 0; j < count; j++) {
+                max_m = max(max_m, jobs[j0 + j].m);
+                max_k = max(max_k, jobs[j0 + j].k);
+                max_mn = max(max_mn, jobs[j0 + j].m * jobs[j0 + j].n);
+            }
+            int ksplit = max_m <= 256 ? max(1, min(16, max_k / 128)) : 1;
+            size_t offset = 0;
+            for (int j = 0; ksplit > 1 && j < count; j++) {
+                partial_at[j0 + j] = offset;
+                offset += (size_t)ksplit * jobs[j0 + j].m * jobs[j0 + j].n;
+            }
+            partial_size = offset > partial_size ? offset : partial_size;
+            (pass ? s->bwd_ksplit : s->fwd_ksplit)[h] = ksplit;
+            (pass ? s->bwd_mn : s->fwd_mn)[h] = max_mn;
+            dim3& grid = (pass ? s->bwd_grid : s->fwd_grid)[h];
+            grid.z = count * ksplit;
+        }
+    TRY_ALLOC(s->partial, sizeof(real) * partial_size);
+    for (size_t j = 0; st == NNP_OK && j < nj; j++)
+        if (partial_at[j] != (size_t)-1) jobs[j].partial = (real*)s->partial + partial_at[j];
+    free(partial_at);
     TRY_ALLOC(s->jobs, sizeof(GemmJob<real>) * (nj + 1));
+    TRY_ALLOC(s->aev_params, sizeof(AevParams<real>));
+    AevParams<real> P = aev_params<real>(m);
+    /* Output layer jobs, one per element present. */
+    OutputJob<real> ojobs[NNP_MAX_ELEMENTS];
+    s->n_out_jobs = 0;
+    s->max_rows = 0;
+    for (int e = 0; e < E; e++) {
+        int r = s->elem_rows[e];
+        if (r == 0) continue;
+        int L = s->n_hidden - 1, WL = s->width[e][L];
+        OutputJob<real> o = {(real*)s->Y[L] + s->y_offset[L][e], W + s->w_offset[e][s->n_hidden], W + s->b_offset[e][s->n_hidden],
+                             (real*)s->D[L] + s->y_offset[L][e], 0, M * WL, WL, r, 0};
+        o.row0 = s->elem_row0[e];
+        ojobs[s->n_out_jobs++] = o;
+        s->max_rows = max(s->max_rows, r);
+    }
+    TRY_ALLOC(s->out_jobs, sizeof(OutputJob<real>) * (s->n_out_jobs + 1));
     if (st == NNP_OK) {
         cudaError_t err = cudaSuccess;
         const int* batch_atoms = plan->order;
@@ -850,6 +955,8 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         UPLOAD(s->weights, w, sizeof(real) * total);
         UPLOAD(s->jobs, jobs, sizeof(GemmJob<real>) * nj);
         UPLOAD(s->flags, FLAG_CLEAR, sizeof(FLAG_CLEAR));
+        UPLOAD(s->aev_params, &P, sizeof(P));
+        UPLOAD(s->out_jobs, ojobs, sizeof(OutputJob<real>) * s->n_out_jobs);
 #undef UPLOAD
         if (err == cudaSuccess) err = cudaMemset(s->batch_energy, 0, sizeof(double) * (plan->n_batches + 1));
         if (err != cudaSuccess) st = nnp_fail(NNP_ERR_CUDA, "uploading the plan to the GPU failed: %s", cudaGetErrorString(err));
@@ -861,16 +968,25 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     return st;
 }
 
+template <typename real, bool TRANS_B, int EPI>
+static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, cudaStream_t stream) {
+    k_gemm<real, TRANS_B, EPI><<<grid, 256, 0, stream>>>(jobs, ksplit);
+    if (ksplit > 1) {
+        int blocks = min(1024, (max_mn + 255) / 256);
+        k_gemm_reduce<real, EPI><<<dim3(blocks, grid.z / ksplit), 256, 0, stream>>>(jobs, ksplit);
+    }
+}
+
 template <typename real>
 static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* io, cudaStream_t stream, const Box<real>& box,
                          int profile) {
     typedef typename real4_of<real>::type real4;
     const nnp_model* m = plan->model;
-    int n = s->n_atoms, E = m->n_elements, M = s->members;
+    int n = s->n_atoms, M = s->members;
     const double to_angstrom = s->units == NNP_UNITS_NM_KJMOL ? 10.0 : 1.0;
     const double eunit = s->units == NNP_UNITS_NM_KJMOL ? NNP_HARTREE_TO_KJMOL : 1.0;
     const int with_forces = io->forces_format != NNP_FORCES_NONE;
-    AevParams<real> P = aev_params<real>(m);
+    const AevParams<real>* P = (const AevParams<real>*)s->aev_params;
     size_t A = m->aev_length;
     int stage = 0;
 #define MARK() \
@@ -892,25 +1008,16 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
         for (int h = 0; h < s->n_hidden; h++)
-            k_gemm<real, true, EPI_BIAS_CELU><<<s->fwd_grid[h], 256, 0, stream>>>(jobs + s->fwd_job0[h]);
+            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], stream);
         MARK();
         const double scale = 1.0 / M;
-        real* W = (real*)s->weights;
-        int last = s->n_hidden - 1;
-        for (int e = 0; e < E; e++) {
-            int r = s->elem_rows[e];
-            if (r == 0) continue;
-            int WL = s->width[e][last];
-            k_output<real><<<(r * 32 + 127) / 128, 128, 0, stream>>>((real*)s->Y[last] + s->y_offset[last][e], M * WL,
-                                                                     W + s->w_offset[e][s->n_hidden], W + s->b_offset[e][s->n_hidden],
-                                                                     M, WL, r, s->row_atom + s->elem_row0[e], scale, s->atom_energy,
-                                                                     (real*)s->D[last] + s->y_offset[last][e], with_forces);
-        }
+        k_output<real><<<dim3((s->max_rows * 32 + 127) / 128, s->n_out_jobs), 128, 0, stream>>>(
+            (const OutputJob<real>*)s->out_jobs, M, s->row_atom, scale, s->atom_energy, with_forces);
         MARK();
         if (with_forces) {
             for (int h = s->n_hidden - 1; h >= 1; h--)
-                k_gemm<real, false, EPI_DERIV><<<s->bwd_grid[h], 256, 0, stream>>>(jobs + s->bwd_job0[h]);
-            k_gemm<real, false, EPI_NONE><<<s->bwd_grid[0], 256, 0, stream>>>(jobs + s->bwd_job0[0]);
+                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], stream);
+            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], stream);
             MARK();
             unsigned long long* target;
             const int* findex;

@@ -134,6 +134,68 @@ static void expectRefusal(CudaContext& cu, CUstream stream, Integrator& integrat
     failures++;
 }
 
+/* N eager steps against N/K replays of a K-step graph from the same state; returns the largest
+   position difference, and how far the recording itself moved the positions (must be 0). */
+static void compareEagerAndReplay(System& system, const vector<Vec3>& positions, const char* label, double& worst,
+                                  double& moved) {
+    const int N = 40, K = 10;
+    Platform& platform = Platform::getPlatformByName("CUDA");
+    VerletIntegrator integrator(0.0005);
+    Context context(system, integrator, platform, {{"Precision", "mixed"}});
+    context.setPositions(positions);
+    context.setVelocitiesToTemperature(300.0, 7);
+    CudaContext& cu = cudaContextOf(context);
+    Capture capture(cu);
+    {
+        ContextSelector selector(cu);
+        CHECK(cu.getCurrentStream() == capture.stream);
+    }
+    integrator.step(2); // warm-up on the capture stream
+    State start = context.getState(State::Positions | State::Velocities);
+    auto t0 = std::chrono::steady_clock::now();
+    integrator.step(N);
+    {
+        ContextSelector selector(cu);
+        cuStreamSynchronize(capture.stream);
+    }
+    double eagerUs = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / N;
+    vector<Vec3> eager = context.getState(State::Positions).getPositions();
+
+    context.setPositions(start.getPositions());
+    context.setVelocities(start.getVelocities());
+    integrator.step(1); // an evaluation outside capture after setPositions
+    context.setPositions(start.getPositions());
+    context.setVelocities(start.getVelocities());
+    // setPositions leaves the next step to run outside capture once more (OpenMM may reorder).
+    vector<Vec3> before = context.getState(State::Positions).getPositions();
+    CUgraphExec exec = record(cu, capture.stream, integrator, K); // the recording does not advance the system
+    vector<Vec3> afterRecord = context.getState(State::Positions).getPositions();
+    moved = 0;
+    for (size_t i = 0; i < before.size(); i++)
+        for (int c = 0; c < 3; c++) moved = std::max(moved, std::abs(before[i][c] - afterRecord[i][c]));
+    std::cout << "  positions moved by the recording itself: " << moved << " nm (must be 0)" << std::endl;
+    CHECK(moved == 0.0);
+    t0 = std::chrono::steady_clock::now();
+    {
+        ContextSelector selector(cu);
+        for (int r = 0; r < N / K; r++) CU(cuGraphLaunch(exec, capture.stream));
+        CU(cuStreamSynchronize(capture.stream));
+    }
+    double replayUs = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / N;
+    vector<Vec3> replayed = context.getState(State::Positions).getPositions();
+    worst = 0;
+    for (size_t i = 0; i < eager.size(); i++)
+        for (int c = 0; c < 3; c++) worst = std::max(worst, std::abs(eager[i][c] - replayed[i][c]));
+    std::cout << "  " << label << ": " << N << " eager steps vs " << N / K << " replays of a " << K << "-step graph: largest position "
+          << "difference " << worst << " nm; " << eagerUs << " µs/step eager, " << replayUs << " µs/step replayed"
+          << std::endl;
+    CHECK(worst == 0.0);
+    {
+        ContextSelector selector(cu);
+        cuGraphExecDestroy(exec);
+    }
+}
+
 int main() {
     try {
         Platform::loadPluginsFromDirectory(OPENMM_PLUGIN_DIR);
@@ -149,8 +211,6 @@ int main() {
         vector<Vec3> positions;
         NNPForce* force;
         buildSystem(system, positions, force);
-        const int N = 40, K = 10;
-
         // 1. Capture before any evaluation: refused with the documented message.
         {
             VerletIntegrator integrator(0.0005);
@@ -161,61 +221,31 @@ int main() {
             expectRefusal(cu, capture.stream, integrator, "run one step");
         }
 
-        // 2. N eager steps against N/K replays of a K-step graph, from the same state.
+        // 2. Whole steps replayed from a graph against eager steps: OpenMM's own forces alone, then with NNPForce.
+        double worst, moved;
+        {
+            System bondsOnly;
+            vector<Vec3> pos2;
+            for (int i = 0; i < 4; i++) {
+                bondsOnly.addParticle(12.0);
+                pos2.push_back(Vec3(0.13 * i, 0.02 * i * i, 0));
+            }
+            HarmonicBondForce* b = new HarmonicBondForce();
+            for (int i = 0; i < 3; i++) b->addBond(i, i + 1, 0.1, 50000.0);
+            bondsOnly.addForce(b);
+            compareEagerAndReplay(bondsOnly, pos2, "bonds only", worst, moved);
+            CHECK(moved == 0.0);
+            CHECK(worst == 0.0);
+        }
+        compareEagerAndReplay(system, positions, "NNPForce + bond", worst, moved);
+        CHECK(moved == 0.0);
+        CHECK(worst == 0.0);
         VerletIntegrator integrator(0.0005);
         Context context(system, integrator, platform, {{"Precision", "mixed"}});
         context.setPositions(positions);
-        context.setVelocitiesToTemperature(300.0, 7);
         CudaContext& cu = cudaContextOf(context);
         Capture capture(cu);
-        {
-            ContextSelector selector(cu);
-            CHECK(cu.getCurrentStream() == capture.stream);
-        }
-        integrator.step(2); // warm-up on the capture stream
-        State start = context.getState(State::Positions | State::Velocities);
-        auto t0 = std::chrono::steady_clock::now();
-        integrator.step(N);
-        {
-            ContextSelector selector(cu);
-            cuStreamSynchronize(capture.stream);
-        }
-        double eagerUs = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / N;
-        vector<Vec3> eager = context.getState(State::Positions).getPositions();
-
-        context.setPositions(start.getPositions());
-        context.setVelocities(start.getVelocities());
-        integrator.step(1); // an evaluation outside capture after setPositions
-        context.setPositions(start.getPositions());
-        context.setVelocities(start.getVelocities());
-        // setPositions leaves the next step to run outside capture once more (OpenMM may reorder).
-        vector<Vec3> before = context.getState(State::Positions).getPositions();
-        CUgraphExec exec = record(cu, capture.stream, integrator, K); // the recording does not advance the system
-        vector<Vec3> afterRecord = context.getState(State::Positions).getPositions();
-        double moved = 0;
-        for (size_t i = 0; i < before.size(); i++)
-            for (int c = 0; c < 3; c++) moved = std::max(moved, std::abs(before[i][c] - afterRecord[i][c]));
-        std::cout << "  positions moved by the recording itself: " << moved << " nm (must be 0)" << std::endl;
-        CHECK(moved == 0.0);
-        t0 = std::chrono::steady_clock::now();
-        {
-            ContextSelector selector(cu);
-            for (int r = 0; r < N / K; r++) CU(cuGraphLaunch(exec, capture.stream));
-            CU(cuStreamSynchronize(capture.stream));
-        }
-        double replayUs = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / N;
-        vector<Vec3> replayed = context.getState(State::Positions).getPositions();
-        double worst = 0;
-        for (size_t i = 0; i < eager.size(); i++)
-            for (int c = 0; c < 3; c++) worst = std::max(worst, std::abs(eager[i][c] - replayed[i][c]));
-        std::cout << "  " << N << " eager steps vs " << N / K << " replays of a " << K << "-step graph: largest position "
-                  << "difference " << worst << " nm; " << eagerUs << " µs/step eager, " << replayUs << " µs/step replayed"
-                  << std::endl;
-        CHECK(worst == 0.0);
-        {
-            ContextSelector selector(cu);
-            cuGraphExecDestroy(exec);
-        }
+        integrator.step(2);
         // Per-batch energies read after replays are those of the current positions.
         vector<double> batches = force->getBatchEnergies(context);
         CHECK(batches.size() == 3 && batches[0] < 0 && batches[2] < 0);
