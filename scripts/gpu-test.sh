@@ -49,6 +49,12 @@ PY
       env ${quick:+NNP_TEST_QUICK=1} timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$d/build/core/tests/test_cuda" > "$out/sanitizer-$tool.log" 2>&1
       echo "compute-sanitizer $tool on test_cuda: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -n 1))"
     done ;;
+  profile)
+    # Nsight Compute on the one-molecule case: the AEV kernel and a GEMM (needs hardware counters).
+    timeout 240 ncu --clock-control none --kernel-name regex:"k_aev|k_gemm" --launch-skip 20 --launch-count 3 \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+      "$d/build/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
+    echo "ncu: exit $?"; grep -E "k_aev|k_gemm|Duration|Registers Per|Achieved Occupancy|Stall|Theoretical Occ|Local" "$out/ncu.txt" | head -n 40 ;;
   bench)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$d/build/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench.txt" ;;
   esac
