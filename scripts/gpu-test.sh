@@ -41,6 +41,8 @@ PY
       || { tail -n 40 "$out/configure.log"; exit 1; }
     cmake --build "$d/build" -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -n 40; exit 1; }
     echo "build: ok" ;;
+  graphdebug)
+    "$d/build/platforms/cuda/TestCudaNNPGraph" 2>&1 | grep -E "MD from rest|moved|eager steps|CHECK" ;;
   test)
     ctest --test-dir "$d/build" --output-on-failure -j 4 2>&1 | tee "$out/ctest.log" | grep -vE "^  ok:" | tail -n 60 ;;
   sanitize)
@@ -51,7 +53,7 @@ PY
     done ;;
   profile)
     # Nsight Compute on the one-molecule case: the AEV kernel and a GEMM (needs hardware counters).
-    timeout 240 ncu --clock-control none --kernel-name regex:"k_aev|k_gemm" --launch-skip 20 --launch-count 3 \
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 240 ncu --clock-control none --kernel-name regex:"k_aev|k_gemm" --launch-skip 20 --launch-count 3 \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
       "$d/build/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
     echo "ncu: exit $?"; grep -E "k_aev|k_gemm|Duration|Registers Per|Achieved Occupancy|Stall|Theoretical Occ|Local" "$out/ncu.txt" | head -n 40 ;;
