@@ -42,7 +42,9 @@ PY
     cmake --build "$d/build" -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -n 40; exit 1; }
     echo "build: ok" ;;
   graphdebug)
-    "$d/build/platforms/cuda/TestCudaNNPGraph" 2>&1 | grep -E "MD from rest|moved|eager steps|CHECK" ;;
+    for p in single mixed double; do
+      echo "precision $p:"; NNP_GRAPH_PRECISION=$p "$d/build/platforms/cuda/TestCudaNNPGraph" 2>&1 | grep -E "moved|eager steps|exception"
+    done ;;
   test)
     ctest --test-dir "$d/build" --output-on-failure -j 4 2>&1 | tee "$out/ctest.log" | grep -vE "^  ok:" | tail -n 60 ;;
   sanitize)

@@ -38,6 +38,12 @@ static string sharedPath(const string& rel) {
 }
 
 static int failures = 0;
+
+/* Precision of the graph scenarios: NNP_GRAPH_PRECISION (default mixed). */
+static string graphPrecision() {
+    const char* p = getenv("NNP_GRAPH_PRECISION");
+    return p && p[0] ? p : "mixed";
+}
 #define CHECK(cond)                                                                          \
     do {                                                                                     \
         if (!(cond)) {                                                                       \
@@ -141,7 +147,7 @@ static void compareEagerAndReplay(System& system, const vector<Vec3>& positions,
     const int N = 40, K = 10;
     Platform& platform = Platform::getPlatformByName("CUDA");
     VerletIntegrator integrator(0.0005);
-    Context context(system, integrator, platform, {{"Precision", "mixed"}});
+    Context context(system, integrator, platform, {{"Precision", graphPrecision()}});
     context.setPositions(positions);
     context.setVelocitiesToTemperature(300.0, 7);
     CudaContext& cu = cudaContextOf(context);
@@ -245,7 +251,7 @@ int main() {
         // 1. Capture before any evaluation: refused with the documented message.
         {
             VerletIntegrator integrator(0.0005);
-            Context context(system, integrator, platform, {{"Precision", "mixed"}});
+            Context context(system, integrator, platform, {{"Precision", graphPrecision()}});
             context.setPositions(positions);
             CudaContext& cu = cudaContextOf(context);
             Capture capture(cu);
@@ -272,7 +278,7 @@ int main() {
         CHECK(moved == 0.0);
         CHECK(worst == 0.0);
         VerletIntegrator integrator(0.0005);
-        Context context(system, integrator, platform, {{"Precision", "mixed"}});
+        Context context(system, integrator, platform, {{"Precision", graphPrecision()}});
         context.setPositions(positions);
         CudaContext& cu = cudaContextOf(context);
         Capture capture(cu);
