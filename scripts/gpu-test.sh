@@ -43,7 +43,7 @@ PY
     echo "build: ok" ;;
   graphdebug)
     for p in single mixed double; do
-      echo "precision $p:"; NNP_GRAPH_PRECISION=$p "$d/build/platforms/cuda/TestCudaNNPGraph" 2>&1 | grep -E "moved|eager steps|exception"
+      echo "precision $p:"; NNP_GRAPH_PRECISION=$p "$d/build/platforms/cuda/TestCudaNNPGraph" 2>&1 | grep -E "moved|eager steps|exception|atom 0: start"
     done ;;
   test)
     ctest --test-dir "$d/build" --output-on-failure -j 4 2>&1 | tee "$out/ctest.log" | grep -vE "^  ok:" | tail -n 60 ;;

@@ -172,6 +172,8 @@ static void compareEagerAndReplay(System& system, const vector<Vec3>& positions,
     // nothing on the GPU, so the positions must not move while it happens.
     context.setPositions(start.getPositions());
     context.setVelocities(start.getVelocities());
+    std::cout << "  atom 0: start " << start.getPositions()[0] << ", after setPositions "
+              << context.getState(State::Positions).getPositions()[0] << ", eager end " << eager[0] << std::endl;
     integrator.step(1);
     vector<Vec3> before = context.getState(State::Positions).getPositions();
     CUgraphExec exec = record(cu, capture.stream, integrator, K);
