@@ -105,6 +105,13 @@ struct Capture {
     }
 };
 
+/* OpenMM's host-side transfers (getState, setPositions) are not ordered after work on a stream
+   that the caller installed as the current queue: wait for it before handing control back. */
+static void sync(CudaContext& cu, CUstream stream) {
+    ContextSelector selector(cu);
+    CU(cuStreamSynchronize(stream));
+}
+
 /* Records `steps` steps into a graph; returns it instantiated, or throws what the step threw. */
 static CUgraphExec record(CudaContext& cu, CUstream stream, Integrator& integrator, int steps) {
     ContextSelector selector(cu);
@@ -157,6 +164,7 @@ static void compareEagerAndReplay(System& system, const vector<Vec3>& positions,
         CHECK(cu.getCurrentStream() == capture.stream);
     }
     integrator.step(2); // warm-up on the capture stream
+    sync(cu, capture.stream);
     State start = context.getState(State::Positions | State::Velocities);
     auto t0 = std::chrono::steady_clock::now();
     integrator.step(N);
@@ -172,18 +180,15 @@ static void compareEagerAndReplay(System& system, const vector<Vec3>& positions,
     // nothing on the GPU, so the positions must not move while it happens.
     context.setPositions(start.getPositions());
     context.setVelocities(start.getVelocities());
-    std::cout << "  atom 0: start " << start.getPositions()[0] << ", after setPositions "
-              << context.getState(State::Positions).getPositions()[0] << ", eager end " << eager[0] << std::endl;
     integrator.step(1);
+    sync(cu, capture.stream);
     vector<Vec3> before = context.getState(State::Positions).getPositions();
     CUgraphExec exec = record(cu, capture.stream, integrator, K);
     vector<Vec3> afterRecord = context.getState(State::Positions).getPositions();
     moved = 0;
     for (size_t i = 0; i < before.size(); i++)
         for (int c = 0; c < 3; c++) moved = std::max(moved, std::abs(before[i][c] - afterRecord[i][c]));
-    std::cout << "  positions moved by the recording itself: " << moved << " nm (must be 0); atom 0 before "
-              << before[0] << " after " << afterRecord[0] << "; again " << context.getState(State::Positions).getPositions()[0]
-              << std::endl;
+    std::cout << "  positions moved by the recording itself: " << moved << " nm (must be 0)" << std::endl;
     CHECK(moved == 0.0);
     context.setPositions(start.getPositions());
     context.setVelocities(start.getVelocities());
@@ -285,6 +290,7 @@ int main() {
         CudaContext& cu = cudaContextOf(context);
         Capture capture(cu);
         integrator.step(2);
+        sync(cu, capture.stream);
         // Per-batch energies read after replays are those of the current positions.
         vector<double> batches = force->getBatchEnergies(context);
         CHECK(batches.size() == 3 && batches[0] < 0 && batches[2] < 0);
@@ -294,6 +300,7 @@ int main() {
         force->updateParametersInContext(context);
         expectRefusal(cu, capture.stream, integrator, "changed since the last evaluation outside capture");
         integrator.step(1);
+        sync(cu, capture.stream);
         CUgraphExec again = record(cu, capture.stream, integrator, 1);
         {
             ContextSelector selector(cu);
