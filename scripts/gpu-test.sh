@@ -34,32 +34,35 @@ for src, dst in (("ani1x", "ani-1x_8x.info"), ("ani2x", "ani-2x_8x.info")):
     print("model", dst, len(raw), "bytes")
 PY
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-    rm -f "$d/build/CMakeCache.txt"
-    cmake -S "$root" -B "$d/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNNP_BUILD_PYTHON=OFF \
+    rm -f "$root/build-gpu/CMakeCache.txt"
+    cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNNP_BUILD_PYTHON=OFF \
       -DNNP_SHARED_DIR="$d/shared" -DBZIP2_INCLUDE_DIR="$d/include" \
       -DBZIP2_LIBRARY_RELEASE="$(ls /usr/lib/x86_64-linux-gnu/libbz2.so* /lib/x86_64-linux-gnu/libbz2.so* "$d"/lib/libbz2.so 2>/dev/null | head -n 1)" > "$out/configure.log" 2>&1 \
       || { tail -n 40 "$out/configure.log"; exit 1; }
-    cmake --build "$d/build" -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -n 40; exit 1; }
+    cmake --build "$root/build-gpu" -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -n 40; exit 1; }
     echo "build: ok" ;;
+  show)
+    "$root/build-gpu/platforms/cuda/TestCudaNNPGraph" 2>&1 | tail -n 20
+    "$root/build-gpu/core/tests/test_cuda" 2>&1 | grep -vE "^  ok" | tail -n 8 ;;
   graphdebug)
     for p in single mixed double; do
-      echo "precision $p:"; NNP_GRAPH_PRECISION=$p "$d/build/platforms/cuda/TestCudaNNPGraph" 2>&1 | grep -E "moved|eager steps|exception|atom 0: start"
+      echo "precision $p:"; NNP_GRAPH_PRECISION=$p "$root/build-gpu/platforms/cuda/TestCudaNNPGraph" 2>&1 | grep -E "moved|eager steps|exception|atom 0: start"
     done ;;
   test)
-    ctest --test-dir "$d/build" --output-on-failure -j 4 2>&1 | tee "$out/ctest.log" | grep -vE "^  ok:" | tail -n 60 ;;
+    ctest --test-dir "$root/build-gpu" --output-on-failure -j 4 2>&1 | tee "$out/ctest.log" | grep -vE "^  ok:" | tail -n 60 ;;
   sanitize)
     for tool in memcheck racecheck; do
       quick=""; [ "$tool" = racecheck ] && quick=1   # racecheck is slow: one comparison, not the whole test
-      env ${quick:+NNP_TEST_QUICK=1} timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$d/build/core/tests/test_cuda" > "$out/sanitizer-$tool.log" 2>&1
+      env ${quick:+NNP_TEST_QUICK=1} timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-$tool.log" 2>&1
       echo "compute-sanitizer $tool on test_cuda: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -n 1))"
     done ;;
   profile)
     # Nsight Compute on the one-molecule case: the AEV kernel and a GEMM (needs hardware counters).
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 240 ncu --clock-control none --kernel-name regex:"k_aev|k_gemm" --launch-skip 20 --launch-count 3 \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
-      "$d/build/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
+      "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
     echo "ncu: exit $?"; grep -E "k_aev|k_gemm|Duration|Registers Per|Achieved Occupancy|Stall|Theoretical Occ|Local" "$out/ncu.txt" | head -n 40 ;;
   bench)
-    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$d/build/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench.txt" ;;
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench.txt" ;;
   esac
 done
