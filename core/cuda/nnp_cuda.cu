@@ -979,7 +979,7 @@ static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, c
 
 template <typename real>
 static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* io, cudaStream_t stream, const Box<real>& box,
-                         int profile, int capturing_now) {
+                         int profile) {
     typedef typename real4_of<real>::type real4;
     const nnp_model* m = plan->model;
     int n = s->n_atoms, M = s->members;
@@ -1049,10 +1049,8 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
     k_total_energy<<<1, 256, 0, stream>>>(s->batch_energy, s->n_batches, io->energy, io->energy_is_double, s->total, s->flags);
     MARK();
 #undef MARK
-    if (!(capturing_now && getenv("NNP_DEBUG_NO_FLAG_COPY"))) {
-        cudaMemcpyAsync(s->host_flags, s->flags, sizeof(int) * 4, cudaMemcpyDeviceToHost, stream);
-        k_reset_flags<<<1, 1, 0, stream>>>(s->flags);
-    }
+    cudaMemcpyAsync(s->host_flags, s->flags, sizeof(int) * 4, cudaMemcpyDeviceToHost, stream);
+    k_reset_flags<<<1, 1, 0, stream>>>(s->flags);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
         return nnp_fail(NNP_ERR_CUDA, "launching the CUDA evaluation failed: %s", cudaGetErrorString(err));
@@ -1146,11 +1144,11 @@ extern "C" nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) {
     if (s->precision == NNP_PRECISION_DOUBLE) {
         Box<double> box = {io->box != NULL, {0}};
         for (int k = 0; io->box && k < 9; k++) box.a[k] = io->box[k] * to_angstrom;
-        st = launch<double>(plan, s, io, stream, box, profile, capturing);
+        st = launch<double>(plan, s, io, stream, box, profile);
     } else {
         Box<float> box = {io->box != NULL, {0}};
         for (int k = 0; io->box && k < 9; k++) box.a[k] = (float)(io->box[k] * to_angstrom);
-        st = launch<float>(plan, s, io, stream, box, profile, capturing);
+        st = launch<float>(plan, s, io, stream, box, profile);
     }
     if (st != NNP_OK) return st;
     if (profile) {

@@ -15,8 +15,11 @@ def main():
     for failure in failures:
         print(f"plugin load failure: {failure}")
     ours = [f for f in failures if "NNP" in f]
-    print("NNP plugin: " + ("some platform libraries failed to load" if ours else "all platform libraries loaded"))
-    return 1 if ours else 0
+    cuda_missing = "CUDA" not in [p.getName() for p in platforms]
+    # Without OpenMM's CUDA platform (no GPU driver), the NNP CUDA library cannot load either: expected.
+    real = [f for f in ours if not (cuda_missing and "NNPCUDA" in f)]
+    print("NNP plugin: " + ("some platform libraries failed to load" if real else "all usable platform libraries loaded"))
+    return 1 if real else 0
 
 
 if __name__ == "__main__":
