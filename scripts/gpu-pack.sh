@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Packs what the GPU machine needs into the ignored folder .device/ (it has no network and no
+# OpenMM): OpenMM 8.6.1's libraries, CUDA platform and headers (from the PyPI wheels for Python
+# 3.12), libbz2 and its header, the drug-like molecules, and ANI-1x/ANI-2x converted to .nnpm,
+# byte-shuffled and xz-compressed (the raw zoo does not fit the 64 MiB a device call carries).
+# Then: scripts/gpu-test.sh [build test sanitize bench] on the GPU machine, carrying .device.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+shared="${NNP_SHARED_DIR:-$root/../shared}"
+d="$root/.device"
+venv="${NNP_VENV:-$HOME/.cache/openmm-nnp/venv}"
+grep -qx "/.device/" "$root/.git/info/exclude" 2>/dev/null || echo "/.device/" >> "$root/.git/info/exclude"
+mkdir -p "$d/include" "$d/lib"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_34_x86_64 -d "$tmp" openmm==8.6.1 openmm-cuda-13==8.6.1
+(cd "$tmp" && for w in *.whl; do unzip -q -o "$w" 'OpenMM.libs/*'; done)
+mkdir -p "$tmp/keep/OpenMM.libs/lib/plugins"
+cp -r "$tmp/OpenMM.libs/include" "$tmp/keep/OpenMM.libs/"
+cp "$tmp/OpenMM.libs/lib/libOpenMM.so" "$tmp/keep/OpenMM.libs/lib/"
+cp "$tmp"/OpenMM.libs/lib/plugins/{libOpenMMCPU.so,libOpenMMPME.so,libOpenMMCUDA.so} "$tmp/keep/OpenMM.libs/lib/plugins/"
+tar cf - -C "$tmp/keep" OpenMM.libs | xz -9 -T0 > "$d/openmm-libs.tar.xz"
+cp /usr/include/bzlib.h "$d/include/"
+cp -L /lib/x86_64-linux-gnu/libbz2.so.1.0 "$d/lib/libbz2.so.1.0" && ln -sf libbz2.so.1.0 "$d/lib/libbz2.so"
+tar cf - -C "$shared" molecules/druglike molecules/misc | xz -9 > "$d/molecules.tar.xz"
+for m in ani1x:ani-1x_8x ani2x:ani-2x_8x; do
+  "$root/build/core/nnp-convert" "$shared/models/ani-model-zoo/${m#*:}.info" "$tmp/${m%%:*}.nnpm" > /dev/null
+  "$venv/bin/python" -c "
+import numpy as np, sys
+d = np.fromfile(sys.argv[1], dtype=np.uint8); n = len(d) // 4 * 4
+open(sys.argv[2], 'wb').write(d[:n].reshape(-1, 4).T.copy().tobytes() + d[n:].tobytes())" "$tmp/${m%%:*}.nnpm" "$tmp/${m%%:*}.shuf"
+  xz -6 -T0 -c "$tmp/${m%%:*}.shuf" > "$d/${m%%:*}.shuf.xz"
+done
+du -sh "$d"
