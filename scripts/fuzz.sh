@@ -9,7 +9,7 @@ if [ "$seconds" = "0" ]; then say "skipped (0 seconds)"; exit 0; fi
 shared="${NNP_SHARED_DIR:-$root/../shared}"
 out="$root/build-fuzz"
 mkdir -p "$out"
-CC=clang cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=Debug -DNNP_BUILD_FUZZER=ON \
+CC=clang cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=Debug -DNNP_BUILD_FUZZER=ON -DNNP_BUILD_CUDA=OFF \
   -DNNP_SHARED_DIR="$shared" > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
 cmake --build "$out" --target fuzz_model make_seeds -j "$(nproc)" > "$out/build.log" 2>&1 \
   || { cat "$out/build.log"; exit 1; }
