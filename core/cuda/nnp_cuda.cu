@@ -29,6 +29,8 @@
 #define NNP_PI_F 3.14159265358979323846
 #define NNP_CUDA_STAGES 7 /* positions+neighbours, AEV, forward, output, backward, forces, batch sums */
 #define AEV_THREADS 256
+#define AEV_CHUNK 256 /* neighbour pairs whose geometry is staged in shared memory at a time */
+#define AEV_SPW 5     /* element pairs per warp in the pair-parallel angular path (up to 40 pairs) */
 #define BWD_THREADS 128
 #define GEMM_TILE 64
 #define GEMM_K 16
@@ -256,21 +258,71 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev(const AevParams<real>* __re
     int nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rca, s_vec, s_el, s_ang, &s_nang, s_scan);
     int na = s_nang;
     real* out = aev + (size_t)row * ld;
-    for (int f = threadIdx.x; f < P.aev_length; f += blockDim.x) {
-        real sum = 0;
-        if (f < P.radial_length) {
-            int s = f / P.radial_sub, t = f % P.radial_sub;
-            real eta = P.EtaR[t / P.nShfR], shf = P.ShfR[t % P.nShfR];
-            for (int a = 0; a < nn; a++) {
-                if (s_el[a] != s) continue;
-                real d = s_vec[a].w, x = d - shf;
-                sum += (real)0.25 * dexp(-eta * x * x) * cutoff_fn(d, P.Rcr);
+    /* Radial features: one thread each, summing over the neighbours in order. */
+    for (int f = threadIdx.x; f < P.radial_length; f += blockDim.x) {
+        int sp = f / P.radial_sub, t = f % P.radial_sub;
+        real eta = P.EtaR[t / P.nShfR], shf = P.ShfR[t % P.nShfR], sum = 0;
+        for (int a = 0; a < nn; a++) {
+            if (s_el[a] != sp) continue;
+            real d = s_vec[a].w, x = d - shf;
+            sum += (real)0.25 * dexp(-eta * x * x) * cutoff_fn(d, P.Rcr);
+        }
+        out[f] = sum;
+    }
+    const int n_sp = P.n_elements * (P.n_elements + 1) / 2;
+    const int n_pairs = na * (na - 1) / 2;
+    if (P.angular_sub <= 32 && n_sp <= 8 * AEV_SPW) {
+        /* Angular features, pair-parallel: the pairs' geometry is computed once per chunk (one thread
+           per pair); warp w owns the element pairs sp ≡ w (mod 8), lane t the term t, and each lane
+           sums its terms over the pairs in order, so the result is the same on every run. */
+        __shared__ real g_theta[AEV_CHUNK], g_avg[AEV_CHUNK], g_fc[AEV_CHUNK];
+        __shared__ int g_sp[AEV_CHUNK];
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        const bool active = lane < P.angular_sub;
+        const int t = active ? lane : 0;
+        const int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
+                  ea = t / (P.nShfZ * P.nShfA * P.nZeta);
+        const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz];
+        real acc[AEV_SPW];
+#pragma unroll
+        for (int j = 0; j < AEV_SPW; j++) acc[j] = 0;
+        for (int c0 = 0; c0 < n_pairs; c0 += AEV_CHUNK) {
+            const int cn = min(AEV_CHUNK, n_pairs - c0);
+            __syncthreads();
+            for (int e = threadIdx.x; e < cn; e += blockDim.x) {
+                int p = 0, rem = c0 + e;
+                while (rem >= na - 1 - p) rem -= na - 1 - p, p++;
+                int ja = s_ang[p], ka = s_ang[p + 1 + rem];
+                typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
+                real c = (u.x * v.x + u.y * v.y + u.z * v.z) / fmax(u.w * v.w, (real)1e-10);
+                g_theta[e] = dacos((real)0.95 * c);
+                g_avg[e] = (real)0.5 * (u.w + v.w);
+                g_fc[e] = cutoff_fn(u.w, P.Rca) * cutoff_fn(v.w, P.Rca);
+                g_sp[e] = P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]];
             }
-        } else {
+            __syncthreads();
+            for (int e = 0; e < cn; e++) {
+                int sp = g_sp[e];
+                if (sp % 8 != warp) continue;
+                real x = g_avg[e] - shfA;
+                real term = (real)2 * dpow((real)0.5 * ((real)1 + dcos(g_theta[e] - shfZ)), zeta) * dexp(-etaA * x * x) * g_fc[e];
+#pragma unroll
+                for (int j = 0; j < AEV_SPW; j++)
+                    if (j == sp / 8) acc[j] += term;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < AEV_SPW; j++) {
+            int sp = warp + 8 * j;
+            if (active && sp < n_sp) out[P.radial_length + sp * P.angular_sub + t] = acc[j];
+        }
+    } else {
+        /* General parameter sets: one thread per angular feature, over all pairs in order. */
+        for (int f = P.radial_length + threadIdx.x; f < P.aev_length; f += blockDim.x) {
             int g = f - P.radial_length, pair = g / P.angular_sub, t = g % P.angular_sub;
             int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
                 ea = t / (P.nShfZ * P.nShfA * P.nZeta);
-            real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz];
+            real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz], sum = 0;
             for (int p = 0; p < na; p++) {
                 int ja = s_ang[p];
                 for (int q = p + 1; q < na; q++) {
@@ -285,8 +337,8 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev(const AevParams<real>* __re
                     sum += (real)2 * f1 * dexp(-etaA * x * x) * cutoff_fn(dj, P.Rca) * cutoff_fn(dk, P.Rca);
                 }
             }
+            out[f] = sum;
         }
-        out[f] = sum;
     }
 }
 
@@ -472,7 +524,59 @@ __global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(const AevParams<re
         }
     }
     int n_pairs = na * (na - 1) / 2;
-    for (int pq = threadIdx.x; pq < n_pairs; pq += blockDim.x) {
+    if (P.angular_sub <= 32) {
+        /* Pair-parallel: one warp per pair, lane t computes term t's derivatives, a fixed shuffle
+           tree sums them, and lane 0 adds the pair's forces. */
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+        const bool active = lane < P.angular_sub;
+        const int t = active ? lane : 0;
+        const int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
+                  ea = t / (P.nShfZ * P.nShfA * P.nZeta);
+        const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz];
+        for (int pq = warp; pq < n_pairs; pq += warps) {
+            int p = 0, rem = pq;
+            while (rem >= na - 1 - p) rem -= na - 1 - p, p++;
+            int q = p + 1 + rem;
+            int ja = s_ang[p], ka = s_ang[q];
+            typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
+            real dj = u.w, dk = v.w;
+            real denom = fmax(dj * dk, (real)1e-10);
+            real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
+            real theta = dacos((real)0.95 * c);
+            real fj = cutoff_fn(dj, P.Rca), fk = cutoff_fn(dk, P.Rca);
+            real dfj = cutoff_deriv(dj, P.Rca), dfk = cutoff_deriv(dk, P.Rca);
+            real x = (real)0.5 * (dj + dk) - shfA;
+            real f2 = dexp(-etaA * x * x);
+            real df2 = f2 * ((real)-2 * etaA * x) * (real)0.5;
+            real base = (real)0.5 * ((real)1 + dcos(theta - shfZ));
+            real f1 = dpow(base, zeta);
+            real df1 = zeta * dpow(base, zeta - (real)1) * ((real)-0.5 * dsin(theta - shfZ));
+            real w = active ? g[P.radial_length + P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]] * P.angular_sub + t] : (real)0;
+            real s_theta = w * (real)2 * df1 * f2 * fj * fk;
+            real s_dj = w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
+            real s_dk = w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
+            for (int off = 16; off > 0; off >>= 1) {
+                s_theta += __shfl_down_sync(0xffffffffu, s_theta, off);
+                s_dj += __shfl_down_sync(0xffffffffu, s_dj, off);
+                s_dk += __shfl_down_sync(0xffffffffu, s_dk, off);
+            }
+            if (lane == 0) {
+                real s_c = s_theta * ((real)-0.95 / dsqrt((real)1 - (real)0.9025 * c * c));
+                real uu[3] = {u.x, u.y, u.z}, vv[3] = {v.x, v.y, v.z};
+                int fjx = force_index[nbr[ja]], fkx = force_index[nbr[ka]];
+                for (int k = 0; k < 3; k++) {
+                    real dc_du = vv[k] / denom - c * uu[k] / (dj * dj);
+                    real dc_dv = uu[k] / denom - c * vv[k] / (dk * dk);
+                    double gu = (double)(s_dj * uu[k] / dj + s_c * dc_du);
+                    double gv = (double)(s_dk * vv[k] / dk + s_c * dc_dv);
+                    add_fixed(&forces[fjx + k * stride], -gu * unit);
+                    add_fixed(&forces[fkx + k * stride], -gv * unit);
+                    fsum[k] += gu + gv;
+                }
+            }
+        }
+    } else {
+    for (int pq = threadIdx.x; pq < n_pairs; pq += blockDim.x) { /* general parameter sets: one thread per pair */
         /* Decode pq into p < q over the angular list (row-major upper triangle). */
         int p = 0, rem = pq;
         while (rem >= na - 1 - p) rem -= na - 1 - p, p++;
@@ -517,6 +621,7 @@ __global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(const AevParams<re
             add_fixed(&forces[fkx + k * stride], -gv * unit);
             fsum[k] += gu + gv;
         }
+    }
     }
     for (int c = 0; c < 3; c++)
         if (fsum[c] != 0) add_fixed(&forces[fi + c * stride], fsum[c] * unit);
