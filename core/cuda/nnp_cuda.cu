@@ -524,59 +524,7 @@ __global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(const AevParams<re
         }
     }
     int n_pairs = na * (na - 1) / 2;
-    if (P.angular_sub <= 32) {
-        /* Pair-parallel: one warp per pair, lane t computes term t's derivatives, a fixed shuffle
-           tree sums them, and lane 0 adds the pair's forces. */
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-        const bool active = lane < P.angular_sub;
-        const int t = active ? lane : 0;
-        const int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
-                  ea = t / (P.nShfZ * P.nShfA * P.nZeta);
-        const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz];
-        for (int pq = warp; pq < n_pairs; pq += warps) {
-            int p = 0, rem = pq;
-            while (rem >= na - 1 - p) rem -= na - 1 - p, p++;
-            int q = p + 1 + rem;
-            int ja = s_ang[p], ka = s_ang[q];
-            typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
-            real dj = u.w, dk = v.w;
-            real denom = fmax(dj * dk, (real)1e-10);
-            real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
-            real theta = dacos((real)0.95 * c);
-            real fj = cutoff_fn(dj, P.Rca), fk = cutoff_fn(dk, P.Rca);
-            real dfj = cutoff_deriv(dj, P.Rca), dfk = cutoff_deriv(dk, P.Rca);
-            real x = (real)0.5 * (dj + dk) - shfA;
-            real f2 = dexp(-etaA * x * x);
-            real df2 = f2 * ((real)-2 * etaA * x) * (real)0.5;
-            real base = (real)0.5 * ((real)1 + dcos(theta - shfZ));
-            real f1 = dpow(base, zeta);
-            real df1 = zeta * dpow(base, zeta - (real)1) * ((real)-0.5 * dsin(theta - shfZ));
-            real w = active ? g[P.radial_length + P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]] * P.angular_sub + t] : (real)0;
-            real s_theta = w * (real)2 * df1 * f2 * fj * fk;
-            real s_dj = w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
-            real s_dk = w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
-            for (int off = 16; off > 0; off >>= 1) {
-                s_theta += __shfl_down_sync(0xffffffffu, s_theta, off);
-                s_dj += __shfl_down_sync(0xffffffffu, s_dj, off);
-                s_dk += __shfl_down_sync(0xffffffffu, s_dk, off);
-            }
-            if (lane == 0) {
-                real s_c = s_theta * ((real)-0.95 / dsqrt((real)1 - (real)0.9025 * c * c));
-                real uu[3] = {u.x, u.y, u.z}, vv[3] = {v.x, v.y, v.z};
-                int fjx = force_index[nbr[ja]], fkx = force_index[nbr[ka]];
-                for (int k = 0; k < 3; k++) {
-                    real dc_du = vv[k] / denom - c * uu[k] / (dj * dj);
-                    real dc_dv = uu[k] / denom - c * vv[k] / (dk * dk);
-                    double gu = (double)(s_dj * uu[k] / dj + s_c * dc_du);
-                    double gv = (double)(s_dk * vv[k] / dk + s_c * dc_dv);
-                    add_fixed(&forces[fjx + k * stride], -gu * unit);
-                    add_fixed(&forces[fkx + k * stride], -gv * unit);
-                    fsum[k] += gu + gv;
-                }
-            }
-        }
-    } else {
-    for (int pq = threadIdx.x; pq < n_pairs; pq += blockDim.x) { /* general parameter sets: one thread per pair */
+    for (int pq = threadIdx.x; pq < n_pairs; pq += blockDim.x) { /* one thread per pair: its 32 terms in order */
         /* Decode pq into p < q over the angular list (row-major upper triangle). */
         int p = 0, rem = pq;
         while (rem >= na - 1 - p) rem -= na - 1 - p, p++;
@@ -621,7 +569,6 @@ __global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(const AevParams<re
             add_fixed(&forces[fkx + k * stride], -gv * unit);
             fsum[k] += gu + gv;
         }
-    }
     }
     for (int c = 0; c < 3; c++)
         if (fsum[c] != 0) add_fixed(&forces[fi + c * stride], fsum[c] * unit);
