@@ -202,7 +202,10 @@ typedef struct nnp_cuda_io {
 
 /** 1 if the library was built with CUDA and a CUDA device is present, else 0. */
 NNP_API int nnp_cuda_available(void);
-/** Particle index of every atom (positions and forces are indexed by particle). Default: atom i ↔ particle i. */
+/**
+ * Particle index of every atom, for the CUDA evaluation (its positions and forces are indexed by
+ * particle). Default: atom i ↔ particle i; nnp_plan_set_atoms() resets it, so call this after it.
+ */
 NNP_API nnp_status nnp_plan_set_particles(nnp_plan* plan, const int32_t* particles);
 /** Arithmetic of the CUDA evaluation (default NNP_PRECISION_SINGLE). */
 NNP_API nnp_status nnp_plan_set_cuda_precision(nnp_plan* plan, nnp_precision precision);

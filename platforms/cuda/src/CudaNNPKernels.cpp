@@ -64,18 +64,7 @@ void CudaCalcNNPForceKernel::initialize(const System&, const NNPForce& force) {
 }
 
 void CudaCalcNNPForceKernel::setAtoms(const NNPForce& force) {
-    int n = force.getNumAtoms();
-    vector<int32_t> z(n), batch(n), particles(n);
-    for (int i = 0; i < n; i++) {
-        int p, atomicNumber, b;
-        force.getAtomParameters(i, p, atomicNumber, b);
-        particles[i] = p;
-        z[i] = atomicNumber;
-        batch[i] = b;
-    }
-    checkNNP(nnp_plan_set_atoms(plan, n, z.data(), batch.data()), "invalid atoms");
-    checkNNP(nnp_plan_set_particles(plan, particles.data()), "invalid particles");
-    checkNNP(nnp_plan_set_member(plan, force.getEnsembleMember()), "invalid ensemble member");
+    setPlanAtoms(plan, force);
     periodic = force.usesPeriodicBoundaryConditions();
 }
 

@@ -29,7 +29,7 @@ private:
     std::shared_ptr<const NNPModel> model;
     nnp_plan* plan;
     bool periodic;
-    std::vector<int> particles;
+    std::vector<int32_t> particles;
     std::vector<double> positions, forces, batchEnergies;
 };
 

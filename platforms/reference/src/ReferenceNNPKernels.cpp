@@ -24,19 +24,8 @@ void ReferenceCalcNNPForceKernel::initialize(const System&, const NNPForce& forc
 }
 
 void ReferenceCalcNNPForceKernel::setAtoms(const NNPForce& force) {
-    int n = force.getNumAtoms();
-    vector<int32_t> z(n), batch(n);
-    vector<int> newParticles(n);
-    for (int i = 0; i < n; i++) {
-        int particle, atomicNumber, b;
-        force.getAtomParameters(i, particle, atomicNumber, b);
-        newParticles[i] = particle;
-        z[i] = atomicNumber;
-        batch[i] = b;
-    }
-    checkNNP(nnp_plan_set_atoms(plan, n, z.data(), batch.data()), "invalid atoms");
-    checkNNP(nnp_plan_set_member(plan, force.getEnsembleMember()), "invalid ensemble member");
-    particles = newParticles;
+    particles = setPlanAtoms(plan, force);
+    int n = particles.size();
     periodic = force.usesPeriodicBoundaryConditions();
     positions.resize(3 * n);
     forces.resize(3 * n);
