@@ -432,6 +432,84 @@ __global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ 
     }
 }
 
+/*
+ * The same product for many rows: 128×128 tiles, k-steps of 8, 256 threads with 8×8 results each
+ * (rows ty·4+i and 64+ty·4+i, columns likewise), so that each value loaded from shared memory
+ * feeds 8 multiply-adds. Sums in k order, as in k_gemm.
+ */
+#define BIG_TILE 128
+#define BIG_K 8
+template <typename real, bool TRANS_B, int EPI>
+__global__ void __launch_bounds__(256) k_gemm_big(const GemmJob<real>* __restrict__ jobs) {
+    const GemmJob<real> job = jobs[blockIdx.z];
+    const int row0 = blockIdx.y * BIG_TILE, col0 = blockIdx.x * BIG_TILE;
+    if (row0 >= job.m || col0 >= job.n) return;
+    __shared__ __align__(16) real As[BIG_K][BIG_TILE];
+    __shared__ __align__(16) real Bs[BIG_K][BIG_TILE];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    real acc[8][8];
+#pragma unroll
+    for (int r = 0; r < 8; r++)
+#pragma unroll
+        for (int c = 0; c < 8; c++) acc[r][c] = 0;
+    for (int k0 = 0; k0 < job.k; k0 += BIG_K) {
+        /* A tile: 128 rows × 8 k, 4 values per thread (2 threads per row, 4 k each). */
+        {
+            const int r = threadIdx.x / 2, kq = (threadIdx.x % 2) * 4;
+            const int gr = row0 + r;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int gk = k0 + kq + q;
+                As[kq + q][r] = (gr < job.m && gk < job.k) ? job.A[(size_t)gr * job.lda + gk] : (real)0;
+            }
+        }
+        if (TRANS_B) { /* B is [n × k]: 128 columns × 8 k */
+            const int c = threadIdx.x / 2, kq = (threadIdx.x % 2) * 4;
+            const int gc = col0 + c;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int gk = k0 + kq + q;
+                Bs[kq + q][c] = (gc < job.n && gk < job.k) ? job.B[(size_t)gc * job.ldb + gk] : (real)0;
+            }
+        } else { /* B is [k × n]: 8 k rows × 128 columns, 4 consecutive columns per thread */
+            const int kk = threadIdx.x / 32, c = (threadIdx.x % 32) * 4;
+            const int gk = k0 + kk;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int gc = col0 + c + q;
+                Bs[kk][c + q] = (gc < job.n && gk < job.k) ? job.B[(size_t)gk * job.ldb + gc] : (real)0;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BIG_K; kk++) {
+            real a[8], b[8];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                a[i] = As[kk][ty * 4 + i];
+                a[4 + i] = As[kk][64 + ty * 4 + i];
+                b[i] = Bs[kk][tx * 4 + i];
+                b[4 + i] = Bs[kk][64 + tx * 4 + i];
+            }
+#pragma unroll
+            for (int r = 0; r < 8; r++)
+#pragma unroll
+                for (int c = 0; c < 8; c++) acc[r][c] += a[r] * b[c];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int gr = row0 + (r < 4 ? ty * 4 + r : 64 + ty * 4 + (r - 4));
+        if (gr >= job.m) continue;
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            const int gc = col0 + (c < 4 ? tx * 4 + c : 64 + tx * 4 + (c - 4));
+            if (gc < job.n) job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, acc[r][c]);
+        }
+    }
+}
+
 template <typename real, int EPI>
 __global__ void k_gemm_reduce(const GemmJob<real>* __restrict__ jobs, int ksplit) {
     const GemmJob<real> job = jobs[blockIdx.y];
@@ -732,6 +810,9 @@ template <typename real> static void preload() {
     cudaFuncGetAttributes(&attr, k_gemm<real, true, EPI_BIAS_CELU>);
     cudaFuncGetAttributes(&attr, k_gemm<real, false, EPI_DERIV>);
     cudaFuncGetAttributes(&attr, k_gemm<real, false, EPI_NONE>);
+    cudaFuncGetAttributes(&attr, k_gemm_big<real, true, EPI_BIAS_CELU>);
+    cudaFuncGetAttributes(&attr, k_gemm_big<real, false, EPI_DERIV>);
+    cudaFuncGetAttributes(&attr, k_gemm_big<real, false, EPI_NONE>);
     cudaFuncGetAttributes(&attr, k_gemm_reduce<real, EPI_BIAS_CELU>);
     cudaFuncGetAttributes(&attr, k_gemm_reduce<real, EPI_DERIV>);
     cudaFuncGetAttributes(&attr, k_gemm_reduce<real, EPI_NONE>);
@@ -1022,6 +1103,11 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
 
 template <typename real, bool TRANS_B, int EPI>
 static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, cudaStream_t stream) {
+    if (ksplit == 1) { /* many rows: the 128×128 kernel (grid given in 64-wide tiles) */
+        dim3 big((grid.x + 1) / 2, (grid.y + 1) / 2, grid.z);
+        k_gemm_big<real, TRANS_B, EPI><<<big, 256, 0, stream>>>(jobs);
+        return;
+    }
     k_gemm<real, TRANS_B, EPI><<<grid, 256, 0, stream>>>(jobs, ksplit);
     if (ksplit > 1) {
         int blocks = min(1024, (max_mn + 255) / 256);
