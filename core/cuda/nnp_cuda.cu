@@ -743,7 +743,6 @@ struct nnp_cuda_state {
     int precision;     /* NNP_PRECISION_* */
     int n_atoms, n_batches, n_particles, capacity, n_hidden, members, member, units;
     int evaluated;     /* one evaluation outside capture done with these buffers */
-    size_t real_size;
     /* per element: rows (atoms of that element, index order) and layer widths */
     int elem_rows[NNP_MAX_ELEMENTS], elem_row0[NNP_MAX_ELEMENTS];
     int width[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS];
@@ -843,14 +842,12 @@ template <typename real> static AevParams<real> aev_params(const nnp_model* m) {
     return P;
 }
 
-#define ALLOC(ptr, bytes) CUDA_TRY(cudaMalloc((void**)&(ptr), (bytes) > 0 ? (bytes) : 16))
 
 /* Builds every buffer for the plan's current atoms, member, units and precision (outside capture). */
 template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_state* s, int n_particles) {
     const nnp_model* m = plan->model;
     int n = plan->n_atoms, E = m->n_elements;
     s->precision = plan->cuda_precision;
-    s->real_size = sizeof(real);
     s->n_atoms = n, s->n_batches = plan->n_batches, s->n_particles = n_particles, s->member = plan->member;
     s->units = plan->units;
     s->members = plan->member < 0 ? m->n_members : 1;
