@@ -1,3 +1,4 @@
+#include "CudaNNPIntegrators.h"
 #include "CudaNNPKernels.h"
 #include "internal/NNPForceImpl.h"
 #include "internal/windowsExportNNP.h"
@@ -15,6 +16,12 @@ public:
     KernelImpl* createKernelImpl(std::string name, const Platform& platform, ContextImpl& context) const override {
         CudaPlatform::PlatformData& data = *static_cast<CudaPlatform::PlatformData*>(context.getPlatformData());
         if (name == CalcNNPForceKernel::Name()) return new CudaCalcNNPForceKernel(name, platform, *data.contexts[0]);
+        if (name == IntegrateNNPStepKernel::Name()) {
+            if (data.contexts.size() != 1)
+                throw OpenMMException("NNP integrators: CUDA graphs need a Context on one GPU (DeviceIndex names " +
+                                      std::to_string(data.contexts.size()) + ")");
+            return new CudaIntegrateNNPStepKernel(name, platform, *data.contexts[0], context);
+        }
         throw OpenMMException("NNPForce: no kernel '" + name + "' on platform " + platform.getName());
     }
 };
@@ -22,8 +29,9 @@ public:
 static void registerCudaNNPKernels() {
     for (int i = 0; i < Platform::getNumPlatforms(); i++) {
         Platform& platform = Platform::getPlatform(i);
-        if (platform.getName() == "CUDA" && !platform.supportsKernels({CalcNNPForceKernel::Name()}))
-            platform.registerKernelFactory(CalcNNPForceKernel::Name(), new CudaNNPKernelFactory());
+        if (platform.getName() != "CUDA") continue;
+        for (const std::string& name : {CalcNNPForceKernel::Name(), IntegrateNNPStepKernel::Name()})
+            if (!platform.supportsKernels({name})) platform.registerKernelFactory(name, new CudaNNPKernelFactory());
     }
 }
 
