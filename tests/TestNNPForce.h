@@ -2,97 +2,10 @@
  * The shared test body of NNPForce, run on every platform by a thin Test<Platform>NNPForce.cpp that
  * sets the platform name and tolerances and calls runAllTests().
  */
-#include "NNPForce.h"
-#include "openmm/Context.h"
-#include "openmm/HarmonicBondForce.h"
-#include "openmm/OpenMMException.h"
-#include "openmm/Platform.h"
-#include "openmm/State.h"
-#include "openmm/System.h"
-#include "openmm/VerletIntegrator.h"
-#include "openmm/internal/AssertionUtilities.h"
-#include "openmm/serialization/XmlSerializer.h"
+#include "TestHelpers.h"
 
-#include <cmath>
-#include <cstdlib>
-#include <fstream>
-#include <iomanip>
-#include <iostream>
-#include <limits>
-#include <map>
-#include <memory>
-#include <sstream>
-#include <string>
-#include <vector>
-
-using namespace NNPPlugin;
-using namespace OpenMM;
-using std::string;
-using std::vector;
-
-extern const char* platformName;   // set by the platform's test file
-extern std::map<string, string> platformProperties;
-extern double energyTolerance;     // relative, energies against the double-precision libnnp values
-extern double forceTolerance;      // relative RMS of forces
-
-static const double HARTREE = 2625.4996387552483; // kJ/mol
-
-static string sharedPath(const string& rel) {
-    const char* root = getenv("NNP_SHARED_DIR");
-    return string(root && root[0] ? root : NNP_SHARED_DIR_DEFAULT) + "/" + rel;
-}
-
-static string ani1x() { return sharedPath("models/ani-model-zoo/ani-1x_8x.info"); }
-static string ani2x() { return sharedPath("models/ani-model-zoo/ani-2x_8x.info"); }
-static bool exists(const string& path) { return std::ifstream(path).good(); }
-/* The smaller model where present (ANI-1x), else ANI-2x (the GPU machine carries only ANI-2x). */
-static string smallModel() { return exists(ani1x()) ? ani1x() : ani2x(); }
-
-static Context* makeContext(System& system, Integrator& integrator) {
-    return new Context(system, integrator, Platform::getPlatformByName(platformName), platformProperties);
-}
-
-struct Molecule {
-    vector<int> z;
-    vector<Vec3> pos; // nm
-};
-
-static Molecule readXyz(const string& rel) {
-    std::ifstream in(sharedPath(rel));
-    if (!in) throw OpenMMException("cannot read " + sharedPath(rel));
-    int n;
-    string line, symbol;
-    in >> n;
-    std::getline(in, line);
-    std::getline(in, line);
-    Molecule m;
-    for (int i = 0; i < n; i++) {
-        double x, y, zc;
-        in >> symbol >> x >> y >> zc;
-        int z = symbol == "H" ? 1 : symbol == "C" ? 6 : symbol == "N" ? 7 : symbol == "O" ? 8 : symbol == "F" ? 9 :
-                symbol == "S" ? 16 : symbol == "Cl" ? 17 : -1;
-        m.z.push_back(z);
-        m.pos.push_back(Vec3(x, y, zc) * 0.1);
-    }
-    return m;
-}
-
-static const char* const drugs[] = {"molecules/druglike/drugbank-0001.xyz", "molecules/druglike/drugbank-0030.xyz",
-                                    "molecules/druglike/drugbank-0147.xyz"};
-
-/* A System of the given molecules, one batch each (batch k = firstBatch + k·stride). */
-static NNPForce* buildSystem(System& system, vector<Vec3>& positions, const vector<Molecule>& mols, const string& model,
-                             int stride = 1) {
-    NNPForce* force = new NNPForce(model);
-    for (size_t k = 0; k < mols.size(); k++)
-        for (size_t i = 0; i < mols[k].z.size(); i++) {
-            int p = system.addParticle(mols[k].z[i] == 1 ? 1.008 : 12.0);
-            force->addAtom(p, mols[k].z[i], k * stride);
-            positions.push_back(mols[k].pos[i]);
-        }
-    system.addForce(force);
-    return force;
-}
+extern double energyTolerance; // relative, energies against the double-precision libnnp values
+extern double forceTolerance;  // relative RMS of forces
 
 static State evaluate(System& system, const vector<Vec3>& positions, int groups = -1) {
     VerletIntegrator integrator(0.001);
@@ -333,20 +246,6 @@ void testSerialization() {
 }
 
 /* Expects an OpenMMException whose message contains needle (or alternative, if given). */
-template <class F>
-static void expectError(const string& needle, F body, const string& alternative = "") {
-    try {
-        body();
-    } catch (const OpenMMException& e) {
-        if (string(e.what()).find(needle) == string::npos &&
-            (alternative.empty() || string(e.what()).find(alternative) == string::npos))
-            throw OpenMMException("error message '" + string(e.what()) + "' lacks '" + needle + "'");
-        std::cout << "  ok: " << e.what() << std::endl;
-        return;
-    }
-    throw OpenMMException("expected an OpenMMException containing '" + needle + "'");
-}
-
 void testErrors() {
     expectError("cannot open model file", [] { NNPForce f("/nonexistent/model.nnpm"); });
     expectError("cannot load model", [] { NNPForce f(sharedPath("molecules/druglike/drugbank-0001.xyz")); });
