@@ -3,7 +3,8 @@
 # (made by scripts/gpu-pack.sh on a development machine): openmm-libs.tar.xz (OpenMM 8.6.1's
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to $OUT (or .device/out).
-#   scripts/gpu-test.sh [build|test|sanitize|bench]...   (default: build test sanitize)
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-integrators|integrators|show|bench|profile]...
+#   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 d="$root/.device"
@@ -55,6 +56,18 @@ PY
       quick=""; [ "$tool" = racecheck ] && quick=1   # racecheck is slow: one comparison, not the whole test
       env ${quick:+NNP_TEST_QUICK=1} timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-$tool.log" 2>&1
       echo "compute-sanitizer $tool on test_cuda: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -n 1))"
+    done ;;
+  sanitize-integrators)
+    # The integrators' test (graphs of OpenMM's kernels and ours), without statistics and drift.
+    for tool in memcheck racecheck; do
+      NNP_TEST_QUICK=1 OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 280 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        "$root/build-gpu/platforms/cuda/TestCudaNNPIntegrators" > "$out/sanitizer-integrators-$tool.log" 2>&1
+      echo "compute-sanitizer $tool on TestCudaNNPIntegrators: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-integrators-$tool.log" | tail -n 1); $(grep -cE 'FAILED' "$out/sanitizer-integrators-$tool.log") failed checks)"
+    done ;;
+  integrators)
+    for p in ${PRECISIONS:-mixed}; do
+      echo "precision $p:"; NNP_GRAPH_PRECISION=$p "$root/build-gpu/platforms/cuda/TestCudaNNPIntegrators" > "$out/integrators-$p.log" 2>&1
+      echo "  exit $?"; grep -vE "^  ok:" "$out/integrators-$p.log" | tail -n 80
     done ;;
   profile)
     # Nsight Compute on the one-molecule case: the AEV kernel and a GEMM (needs hardware counters).

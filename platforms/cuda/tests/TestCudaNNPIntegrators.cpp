@@ -1,6 +1,6 @@
 /* NNPVerletIntegrator and NNPLangevinIntegrator on the CUDA platform: whole steps from CUDA graphs.
-   NNP_GRAPH_PRECISION picks the precision (default mixed); NNP_TEST_HEAVY=0 skips the 100-molecule
-   energy-drift run (for compute-sanitizer). */
+   NNP_GRAPH_PRECISION picks the precision (default mixed); NNP_TEST_HEAVY=0 runs the energy drift on
+   2 molecules instead of 100; NNP_TEST_QUICK=1 skips the statistics and the drift (compute-sanitizer). */
 #include "TestNNPIntegrators.h"
 
 const char* platformName = "CUDA";
