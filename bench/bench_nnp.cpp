@@ -5,65 +5,7 @@
  *   bench_nnp SHARED_DIR [sizes...]
  * Reports µs/step, ns/day at 1 fs, molecule-steps/s, atom-steps/s and the per-batch reduction's share.
  */
-#include "NNPForce.h"
-#include "nnp.h"
-#include "openmm/Context.h"
-#include "openmm/Platform.h"
-#include "openmm/State.h"
-#include "openmm/System.h"
-#include "openmm/VerletIntegrator.h"
-#include "openmm/common/ContextSelector.h"
-#include "openmm/cuda/CudaContext.h"
-#include "openmm/cuda/CudaPlatform.h"
-#include "openmm/cuda/CudaQueue.h"
-#include "openmm/internal/ContextImpl.h"
-
-#include <cuda_runtime_api.h>
-#include <dirent.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <fstream>
-#include <iostream>
-#include <string>
-#include <vector>
-
-using namespace OpenMM;
-using namespace NNPPlugin;
-using std::string;
-using std::vector;
-
-struct Mol {
-    vector<int> z;
-    vector<Vec3> pos; // nm
-};
-
-static Mol readXyz(const string& path) {
-    std::ifstream in(path);
-    int n;
-    string line, symbol;
-    in >> n;
-    std::getline(in, line);
-    std::getline(in, line);
-    Mol m;
-    for (int i = 0; i < n; i++) {
-        double x, y, z;
-        in >> symbol >> x >> y >> z;
-        m.z.push_back(symbol == "H" ? 1 : symbol == "C" ? 6 : symbol == "N" ? 7 : symbol == "O" ? 8 : symbol == "F" ? 9 : symbol == "S" ? 16 : 17);
-        m.pos.push_back(Vec3(x, y, z) * 0.1);
-    }
-    return m;
-}
-
-static CudaContext& cudaContextOf(Context& context) {
-    ContextImpl* impl = *reinterpret_cast<ContextImpl**>(&context);
-    return *static_cast<CudaPlatform::PlatformData*>(impl->getPlatformData())->contexts[0];
-}
-
-static double seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+#include "bench_common.h"
 
 int main(int argc, char** argv) {
     if (argc < 2) {
@@ -71,13 +13,8 @@ int main(int argc, char** argv) {
         return 2;
     }
     string shared = argv[1], model = shared + "/models/ani-model-zoo/ani-2x_8x.info";
-    vector<string> files;
-    DIR* dir = opendir((shared + "/molecules/druglike").c_str());
-    for (dirent* e; dir && (e = readdir(dir));)
-        if (string(e->d_name).find(".xyz") != string::npos) files.push_back(shared + "/molecules/druglike/" + e->d_name);
-    if (dir) closedir(dir);
-    std::sort(files.begin(), files.end());
-    vector<int> sizes = {1, 10, 100, (int)files.size()};
+    int all = (int)chooseMolecules(shared, 1 << 30).size();
+    vector<int> sizes = {1, 10, 100, all};
     if (argc > 2) {
         sizes.clear();
         for (int i = 2; i < argc; i++) sizes.push_back(atoi(argv[i]));
@@ -92,24 +29,10 @@ int main(int argc, char** argv) {
     printf("%9s %7s | %10s %10s | %9s %9s %12s %12s | %6s\n", "molecules", "atoms", "eager µs", "graph µs",
            "speedup", "ns/day", "mol-steps/s", "atom-steps/s", "reduce");
     for (int count : sizes) {
-        vector<string> chosen;
-        if (count == 1) chosen.push_back(shared + "/molecules/druglike/drugbank-0030.xyz"); // the 22-atom molecule
-        else chosen.assign(files.begin(), files.begin() + std::min<size_t>(count, files.size()));
+        vector<string> chosen = chooseMolecules(shared, count);
         System system;
-        NNPForce* force = new NNPForce(model);
-        vector<Vec3> positions;
         vector<int> zs, batches;
-        for (size_t k = 0; k < chosen.size(); k++) {
-            Mol m = readXyz(chosen[k]);
-            for (size_t i = 0; i < m.z.size(); i++) {
-                int p = system.addParticle(m.z[i] == 1 ? 1.008 : 12.0);
-                force->addAtom(p, m.z[i], k);
-                positions.push_back(m.pos[i] + Vec3(3.0 * (k % 10), 3.0 * (k / 10 % 10), 3.0 * (k / 100)));
-                zs.push_back(m.z[i]);
-                batches.push_back(k);
-            }
-        }
-        system.addForce(force);
+        vector<Vec3> positions = addMolecules(system, new NNPForce(model), chosen, &zs, &batches);
         int atoms = system.getNumParticles();
         VerletIntegrator integrator(0.001);
         Context context(system, integrator, platform, {{"Precision", "mixed"}});

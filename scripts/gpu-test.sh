@@ -75,6 +75,8 @@ PY
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
       "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
     echo "ncu: exit $?"; grep -E "k_aev|k_gemm|Duration|Registers Per|Achieved Occupancy|Stall|Theoretical Occ|Local" "$out/ncu.txt" | head -n 40 ;;
+  bench-integrators)
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_integrators" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench-integrators.txt" ;;
   bench)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench.txt" ;;
   esac

@@ -252,7 +252,8 @@ void testRecordingTriggers() {
         if (usesGraphs())
             CHECK((recorded > 0) == records, label << (records ? ": did not record again" : ": recorded again needlessly"));
     };
-    both("first steps", true, [](Run&) {});
+    // 17 steps: eager + 3×5 + 1; 17 more: 3×5 + 2 (graphs of 5, 1 and 2 steps, each recorded once).
+    both("first steps", true, [](Run& r) { r.integrator->step(17); });
     both("nothing changed", false, [](Run&) {});
     both("setPositions + setVelocities", false, [&](Run& r) {
         r.context->setPositions(t.positions);

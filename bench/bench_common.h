@@ -1,0 +1,99 @@
+/*
+ * Shared by the CUDA benchmarks: the drug-like molecules, a System of them (one batch each, NNPForce
+ * with ANI-2x), OpenMM's CudaContext of a Context, and a clock.
+ */
+#ifndef NNP_BENCH_COMMON_H_
+#define NNP_BENCH_COMMON_H_
+
+#include "NNPForce.h"
+#include "nnp.h"
+#include "openmm/Context.h"
+#include "openmm/Platform.h"
+#include "openmm/State.h"
+#include "openmm/System.h"
+#include "openmm/VerletIntegrator.h"
+#include "openmm/common/ContextSelector.h"
+#include "openmm/cuda/CudaContext.h"
+#include "openmm/cuda/CudaPlatform.h"
+#include "openmm/cuda/CudaQueue.h"
+#include "openmm/internal/ContextImpl.h"
+
+#include <cuda_runtime_api.h>
+#include <dirent.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+using namespace OpenMM;
+using namespace NNPPlugin;
+using std::string;
+using std::vector;
+
+struct Mol {
+    vector<int> z;
+    vector<Vec3> pos; // nm
+};
+
+static Mol readXyz(const string& path) {
+    std::ifstream in(path);
+    int n;
+    string line, symbol;
+    in >> n;
+    std::getline(in, line);
+    std::getline(in, line);
+    Mol m;
+    for (int i = 0; i < n; i++) {
+        double x, y, z;
+        in >> symbol >> x >> y >> z;
+        m.z.push_back(symbol == "H" ? 1 : symbol == "C" ? 6 : symbol == "N" ? 7 : symbol == "O" ? 8 : symbol == "F" ? 9 : symbol == "S" ? 16 : 17);
+        m.pos.push_back(Vec3(x, y, z) * 0.1);
+    }
+    return m;
+}
+
+static CudaContext& cudaContextOf(Context& context) {
+    ContextImpl* impl = *reinterpret_cast<ContextImpl**>(&context);
+    return *static_cast<CudaPlatform::PlatformData*>(impl->getPlatformData())->contexts[0];
+}
+
+static double seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/* The 22-atom molecule for one, else the first `count` drug-like molecules in name order. */
+static vector<string> chooseMolecules(const string& shared, int count) {
+    if (count == 1) return {shared + "/molecules/druglike/drugbank-0030.xyz"};
+    vector<string> files;
+    DIR* dir = opendir((shared + "/molecules/druglike").c_str());
+    for (dirent* e; dir && (e = readdir(dir));)
+        if (string(e->d_name).find(".xyz") != string::npos) files.push_back(shared + "/molecules/druglike/" + e->d_name);
+    if (dir) closedir(dir);
+    std::sort(files.begin(), files.end());
+    files.resize(std::min<size_t>(count, files.size()));
+    return files;
+}
+
+/* Adds the molecules to the System, one batch each, 3 nm apart on a grid; returns the positions. */
+static vector<Vec3> addMolecules(System& system, NNPForce* force, const vector<string>& chosen, vector<int>* zs = nullptr,
+                                 vector<int>* batches = nullptr) {
+    vector<Vec3> positions;
+    for (size_t k = 0; k < chosen.size(); k++) {
+        Mol m = readXyz(chosen[k]);
+        for (size_t i = 0; i < m.z.size(); i++) {
+            int p = system.addParticle(m.z[i] == 1 ? 1.008 : 12.0);
+            force->addAtom(p, m.z[i], k);
+            positions.push_back(m.pos[i] + Vec3(3.0 * (k % 10), 3.0 * (k / 10 % 10), 3.0 * (k / 100)));
+            if (zs) zs->push_back(m.z[i]);
+            if (batches) batches->push_back(k);
+        }
+    }
+    system.addForce(force);
+    return positions;
+}
+
+#endif
