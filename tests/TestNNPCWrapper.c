@@ -97,6 +97,76 @@ int main(void) {
 
     OpenMM_Context_destroy(context);
     OpenMM_Integrator_destroy(integrator);
+
+    /* The integrators: bad input, then NNPVerletIntegrator against OpenMM's VerletIntegrator and a
+       Langevin run with its settings, on the Reference platform, and an XML round trip. */
+    CHECK(OpenMM_NNPLangevinIntegrator_create(-5, 1, 0.001) == NULL);
+    CHECK(strstr(OpenMM_NNP_getLastError(), "temperature must be finite and >= 0") != NULL);
+    OpenMM_Vec3 good = {0.1, 0, 0};
+    OpenMM_Vec3Array_set(positions, 3, good);
+    OpenMM_Vec3Array* moved[2];
+    for (int which = 0; which < 2; which++) {
+        OpenMM_NNPGraphIntegrator* nnp = which == 0 ? OpenMM_NNPVerletIntegrator_create(0.0005) : NULL;
+        OpenMM_Integrator* plain = which == 1 ? (OpenMM_Integrator*)OpenMM_VerletIntegrator_create(0.0005) : NULL;
+        OpenMM_Context* c = OpenMM_Context_create_2(system, nnp ? OpenMM_NNPGraphIntegrator_asIntegrator(nnp) : plain, platform);
+        OpenMM_Context_setPositions(c, positions);
+        if (nnp) {
+            CHECK(OpenMM_NNPGraphIntegrator_setStepsPerGraph(nnp, 0) == OpenMM_NNP_Error);
+            CHECK(strstr(OpenMM_NNP_getLastError(), "at least 1") != NULL);
+            CHECK(OpenMM_NNPGraphIntegrator_step(nnp, -1) == OpenMM_NNP_Error);
+            CHECK(OpenMM_NNPGraphIntegrator_step(nnp, 7) == OpenMM_NNP_Ok);
+            CHECK(OpenMM_NNPGraphIntegrator_isReplayingGraphs(nnp) == OpenMM_False); /* Reference: eager */
+            CHECK(strcmp(OpenMM_NNPGraphIntegrator_getFallbackReason(nnp), "") == 0);
+            CHECK(OpenMM_NNPLangevinIntegrator_setTemperature(nnp, 300) == OpenMM_NNP_Error);
+        } else {
+            OpenMM_Integrator_step(plain, 7);
+        }
+        OpenMM_State* s = OpenMM_Context_getState(c, OpenMM_State_Positions, 0);
+        moved[which] = OpenMM_Vec3Array_create(0);
+        for (int i = 0; i < 10; i++) OpenMM_Vec3Array_append(moved[which], *OpenMM_Vec3Array_get(OpenMM_State_getPositions(s), i));
+        OpenMM_State_destroy(s);
+        OpenMM_Context_destroy(c);
+        if (nnp) OpenMM_NNPGraphIntegrator_destroy(nnp);
+        if (plain) OpenMM_Integrator_destroy(plain);
+    }
+    double worst = 0;
+    for (int i = 0; i < 10; i++) {
+        const OpenMM_Vec3* a = OpenMM_Vec3Array_get(moved[0], i);
+        const OpenMM_Vec3* b = OpenMM_Vec3Array_get(moved[1], i);
+        worst = fmax(worst, fmax(fabs(a->x - b->x), fmax(fabs(a->y - b->y), fabs(a->z - b->z))));
+    }
+    printf("NNPVerletIntegrator vs VerletIntegrator, 7 steps: largest position difference %g nm\n", worst);
+    CHECK(worst == 0.0);
+    OpenMM_Vec3Array_destroy(moved[0]);
+    OpenMM_Vec3Array_destroy(moved[1]);
+
+    OpenMM_NNPGraphIntegrator* langevin = OpenMM_NNPLangevinIntegrator_create(300, 2, 0.0005);
+    CHECK(OpenMM_NNPLangevinIntegrator_setTemperature(langevin, 250) == OpenMM_NNP_Ok);
+    CHECK(OpenMM_NNPLangevinIntegrator_setFriction(langevin, 4) == OpenMM_NNP_Ok);
+    CHECK(OpenMM_NNPLangevinIntegrator_setRandomNumberSeed(langevin, 42) == OpenMM_NNP_Ok);
+    CHECK(OpenMM_NNPGraphIntegrator_setStepsPerGraph(langevin, 8) == OpenMM_NNP_Ok);
+    char* ixml = OpenMM_XmlSerializer_serializeIntegrator(OpenMM_NNPGraphIntegrator_asIntegrator(langevin));
+    OpenMM_Integrator* icopy = OpenMM_XmlSerializer_deserializeIntegrator(ixml);
+    OpenMM_NNPGraphIntegrator* lcopy = OpenMM_NNPGraphIntegrator_cast(icopy);
+    double temperature = 0, friction = 0;
+    int seed = 0;
+    CHECK(lcopy != NULL && OpenMM_NNPLangevinIntegrator_getParameters(lcopy, &temperature, &friction, &seed) == OpenMM_NNP_Ok);
+    CHECK(temperature == 250 && friction == 4 && seed == 42 && OpenMM_NNPGraphIntegrator_getStepsPerGraph(lcopy) == 8);
+    printf("NNPLangevinIntegrator through XML: %g K, %g /ps, seed %d\n", temperature, friction, seed);
+    OpenMM_Context* lc = OpenMM_Context_create_2(system, OpenMM_NNPGraphIntegrator_asIntegrator(lcopy), platform);
+    OpenMM_Context_setPositions(lc, positions);
+    CHECK(OpenMM_NNPGraphIntegrator_step(lcopy, 5) == OpenMM_NNP_Ok);
+    OpenMM_State* ls = OpenMM_Context_getState(lc, OpenMM_State_Energy, 0);
+    printf("after 5 Langevin steps: time %g ps, kinetic energy %g kJ/mol\n", OpenMM_State_getTime(ls), OpenMM_State_getKineticEnergy(ls));
+    CHECK(fabs(OpenMM_State_getTime(ls) - 0.0025) < 1e-15 && OpenMM_State_getKineticEnergy(ls) > 0);
+    OpenMM_State_destroy(ls);
+    OpenMM_Context_destroy(lc);
+    OpenMM_Integrator_destroy(icopy);
+    OpenMM_NNPGraphIntegrator_destroy(langevin);
+    free(ixml);
+    OpenMM_Integrator* verlet = (OpenMM_Integrator*)OpenMM_VerletIntegrator_create(0.001);
+    CHECK(OpenMM_NNPGraphIntegrator_cast(verlet) == NULL);
+    OpenMM_Integrator_destroy(verlet);
     OpenMM_System_destroy(system);
     OpenMM_System_destroy(copy);
     OpenMM_Vec3Array_destroy(positions);

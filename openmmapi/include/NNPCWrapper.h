@@ -16,6 +16,8 @@ extern "C" {
 
 typedef struct OpenMM_NNPForce_struct OpenMM_NNPForce;
 
+typedef struct OpenMM_NNPGraphIntegrator_struct OpenMM_NNPGraphIntegrator;
+
 typedef enum { OpenMM_NNP_Ok = 0, OpenMM_NNP_Error = 1 } OpenMM_NNP_Status;
 
 /** Message of the last failed call on this thread ("" if none). */
@@ -54,6 +56,45 @@ extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPForce_getBatchEnergies(cons
                                                                            int capacity, int* count);
 extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPForce_updateParametersInContext(OpenMM_NNPForce* target,
                                                                                     OpenMM_Context* context);
+
+/*
+ * NNPVerletIntegrator and NNPLangevinIntegrator (whole steps replayed from CUDA graphs on the CUDA
+ * platform; see NNPIntegrators.h). Both are OpenMM_NNPGraphIntegrator handles; pass
+ * OpenMM_NNPGraphIntegrator_asIntegrator(handle) to OpenMM_Context_create() and destroy the handle
+ * after the Context. Units: ps, K, 1/ps.
+ */
+/** A Verlet integrator (NULL on failure). */
+extern OPENMM_EXPORT_NNP OpenMM_NNPGraphIntegrator* OpenMM_NNPVerletIntegrator_create(double stepSize);
+/** A Langevin (LFMiddle) integrator (NULL on failure, e.g. a negative temperature). */
+extern OPENMM_EXPORT_NNP OpenMM_NNPGraphIntegrator* OpenMM_NNPLangevinIntegrator_create(double temperature, double friction,
+                                                                                       double stepSize);
+extern OPENMM_EXPORT_NNP void OpenMM_NNPGraphIntegrator_destroy(OpenMM_NNPGraphIntegrator* target);
+/** The integrator as an OpenMM_Integrator, e.g. for OpenMM_Context_create(). */
+extern OPENMM_EXPORT_NNP OpenMM_Integrator* OpenMM_NNPGraphIntegrator_asIntegrator(OpenMM_NNPGraphIntegrator* target);
+/** An OpenMM_Integrator as an NNP integrator (e.g. from XML), or NULL if it is not one. */
+extern OPENMM_EXPORT_NNP OpenMM_NNPGraphIntegrator* OpenMM_NNPGraphIntegrator_cast(OpenMM_Integrator* integrator);
+/** Advances the bound Context by `steps` steps. */
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPGraphIntegrator_step(OpenMM_NNPGraphIntegrator* target, int steps);
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPGraphIntegrator_setStepsPerGraph(OpenMM_NNPGraphIntegrator* target,
+                                                                                     int steps);
+extern OPENMM_EXPORT_NNP int OpenMM_NNPGraphIntegrator_getStepsPerGraph(const OpenMM_NNPGraphIntegrator* target);
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPGraphIntegrator_setUseGraphs(OpenMM_NNPGraphIntegrator* target,
+                                                                                  OpenMM_Boolean use);
+extern OPENMM_EXPORT_NNP OpenMM_Boolean OpenMM_NNPGraphIntegrator_isReplayingGraphs(const OpenMM_NNPGraphIntegrator* target);
+extern OPENMM_EXPORT_NNP int OpenMM_NNPGraphIntegrator_getNumGraphRecordings(const OpenMM_NNPGraphIntegrator* target);
+/** Why steps run eagerly ("" if they do not); valid until the next call on this thread. */
+extern OPENMM_EXPORT_NNP const char* OpenMM_NNPGraphIntegrator_getFallbackReason(const OpenMM_NNPGraphIntegrator* target);
+/** Langevin only (an error for a Verlet integrator). */
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPLangevinIntegrator_setTemperature(OpenMM_NNPGraphIntegrator* target,
+                                                                                      double temperature);
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPLangevinIntegrator_setFriction(OpenMM_NNPGraphIntegrator* target,
+                                                                                   double friction);
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPLangevinIntegrator_setRandomNumberSeed(OpenMM_NNPGraphIntegrator* target,
+                                                                                           int seed);
+/** Temperature (K), friction (1/ps) and seed; OpenMM_NNP_Error for a Verlet integrator. */
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPLangevinIntegrator_getParameters(const OpenMM_NNPGraphIntegrator* target,
+                                                                                     double* temperature, double* friction,
+                                                                                     int* seed);
 
 #if defined(__cplusplus)
 }

@@ -1,5 +1,7 @@
 #include "NNPCWrapper.h"
 #include "NNPForce.h"
+#include "NNPIntegrators.h"
+#include "openmm/OpenMMException.h"
 #include "openmm/Context.h"
 
 #include <exception>
@@ -117,6 +119,112 @@ OpenMM_NNP_Status OpenMM_NNPForce_updateParametersInContext(OpenMM_NNPForce* tar
     if (context == nullptr) return fail("OpenMM_NNPForce_updateParametersInContext: NULL argument");
     return guarded("OpenMM_NNPForce_updateParametersInContext", target,
                    [&] { force(target)->updateParametersInContext(*reinterpret_cast<OpenMM::Context*>(context)); });
+}
+
+} // extern "C"
+
+/* ------------------------------------------------------------------ integrators */
+
+using NNPPlugin::NNPGraphIntegrator;
+using NNPPlugin::NNPLangevinIntegrator;
+
+static NNPGraphIntegrator* integ(OpenMM_NNPGraphIntegrator* i) { return reinterpret_cast<NNPGraphIntegrator*>(i); }
+static const NNPGraphIntegrator* integ(const OpenMM_NNPGraphIntegrator* i) {
+    return reinterpret_cast<const NNPGraphIntegrator*>(i);
+}
+static NNPLangevinIntegrator* langevin(const NNPGraphIntegrator* i) {
+    const NNPLangevinIntegrator* l = dynamic_cast<const NNPLangevinIntegrator*>(i);
+    if (l == nullptr) throw OpenMM::OpenMMException("not an NNPLangevinIntegrator");
+    return const_cast<NNPLangevinIntegrator*>(l);
+}
+
+extern "C" {
+
+OpenMM_NNPGraphIntegrator* OpenMM_NNPVerletIntegrator_create(double stepSize) {
+    NNPGraphIntegrator* result = nullptr;
+    guarded("OpenMM_NNPVerletIntegrator_create", "", [&] { result = new NNPPlugin::NNPVerletIntegrator(stepSize); });
+    return reinterpret_cast<OpenMM_NNPGraphIntegrator*>(result);
+}
+
+OpenMM_NNPGraphIntegrator* OpenMM_NNPLangevinIntegrator_create(double temperature, double friction, double stepSize) {
+    NNPGraphIntegrator* result = nullptr;
+    guarded("OpenMM_NNPLangevinIntegrator_create", "",
+            [&] { result = new NNPLangevinIntegrator(temperature, friction, stepSize); });
+    return reinterpret_cast<OpenMM_NNPGraphIntegrator*>(result);
+}
+
+void OpenMM_NNPGraphIntegrator_destroy(OpenMM_NNPGraphIntegrator* target) { delete integ(target); }
+
+OpenMM_Integrator* OpenMM_NNPGraphIntegrator_asIntegrator(OpenMM_NNPGraphIntegrator* target) {
+    return reinterpret_cast<OpenMM_Integrator*>(static_cast<OpenMM::Integrator*>(integ(target)));
+}
+
+OpenMM_NNPGraphIntegrator* OpenMM_NNPGraphIntegrator_cast(OpenMM_Integrator* integrator) {
+    NNPGraphIntegrator* result = dynamic_cast<NNPGraphIntegrator*>(reinterpret_cast<OpenMM::Integrator*>(integrator));
+    if (result == nullptr) fail("OpenMM_NNPGraphIntegrator_cast: not an NNP integrator");
+    return reinterpret_cast<OpenMM_NNPGraphIntegrator*>(result);
+}
+
+OpenMM_NNP_Status OpenMM_NNPGraphIntegrator_step(OpenMM_NNPGraphIntegrator* target, int steps) {
+    return guarded("OpenMM_NNPGraphIntegrator_step", target, [&] { integ(target)->step(steps); });
+}
+
+OpenMM_NNP_Status OpenMM_NNPGraphIntegrator_setStepsPerGraph(OpenMM_NNPGraphIntegrator* target, int steps) {
+    return guarded("OpenMM_NNPGraphIntegrator_setStepsPerGraph", target, [&] { integ(target)->setStepsPerGraph(steps); });
+}
+
+int OpenMM_NNPGraphIntegrator_getStepsPerGraph(const OpenMM_NNPGraphIntegrator* target) {
+    int result = -1;
+    guarded("OpenMM_NNPGraphIntegrator_getStepsPerGraph", target, [&] { result = integ(target)->getStepsPerGraph(); });
+    return result;
+}
+
+OpenMM_NNP_Status OpenMM_NNPGraphIntegrator_setUseGraphs(OpenMM_NNPGraphIntegrator* target, OpenMM_Boolean use) {
+    return guarded("OpenMM_NNPGraphIntegrator_setUseGraphs", target, [&] { integ(target)->setUseGraphs(use != OpenMM_False); });
+}
+
+OpenMM_Boolean OpenMM_NNPGraphIntegrator_isReplayingGraphs(const OpenMM_NNPGraphIntegrator* target) {
+    bool result = false;
+    guarded("OpenMM_NNPGraphIntegrator_isReplayingGraphs", target, [&] { result = integ(target)->isReplayingGraphs(); });
+    return result ? OpenMM_True : OpenMM_False;
+}
+
+int OpenMM_NNPGraphIntegrator_getNumGraphRecordings(const OpenMM_NNPGraphIntegrator* target) {
+    int result = -1;
+    guarded("OpenMM_NNPGraphIntegrator_getNumGraphRecordings", target,
+            [&] { result = integ(target)->getNumGraphRecordings(); });
+    return result;
+}
+
+const char* OpenMM_NNPGraphIntegrator_getFallbackReason(const OpenMM_NNPGraphIntegrator* target) {
+    static thread_local std::string reason;
+    reason.clear();
+    guarded("OpenMM_NNPGraphIntegrator_getFallbackReason", target, [&] { reason = integ(target)->getFallbackReason(); });
+    return reason.c_str();
+}
+
+OpenMM_NNP_Status OpenMM_NNPLangevinIntegrator_setTemperature(OpenMM_NNPGraphIntegrator* target, double temperature) {
+    return guarded("OpenMM_NNPLangevinIntegrator_setTemperature", target,
+                   [&] { langevin(integ(target))->setTemperature(temperature); });
+}
+
+OpenMM_NNP_Status OpenMM_NNPLangevinIntegrator_setFriction(OpenMM_NNPGraphIntegrator* target, double friction) {
+    return guarded("OpenMM_NNPLangevinIntegrator_setFriction", target, [&] { langevin(integ(target))->setFriction(friction); });
+}
+
+OpenMM_NNP_Status OpenMM_NNPLangevinIntegrator_setRandomNumberSeed(OpenMM_NNPGraphIntegrator* target, int seed) {
+    return guarded("OpenMM_NNPLangevinIntegrator_setRandomNumberSeed", target,
+                   [&] { langevin(integ(target))->setRandomNumberSeed(seed); });
+}
+
+OpenMM_NNP_Status OpenMM_NNPLangevinIntegrator_getParameters(const OpenMM_NNPGraphIntegrator* target, double* temperature,
+                                                            double* friction, int* seed) {
+    return guarded("OpenMM_NNPLangevinIntegrator_getParameters", target, [&] {
+        NNPLangevinIntegrator* l = langevin(integ(target));
+        if (temperature) *temperature = l->getTemperature();
+        if (friction) *friction = l->getFriction();
+        if (seed) *seed = l->getRandomNumberSeed();
+    });
 }
 
 } // extern "C"
