@@ -7,6 +7,7 @@
 
 %{
 #include "NNPForce.h"
+#include "NNPIntegrators.h"
 #include "OpenMM.h"
 #include "OpenMMAmoeba.h"
 #include "OpenMMDrude.h"
@@ -54,6 +55,22 @@
 %pythonappend NNPPlugin::NNPForce::getCutoff() const %{
     val = unit.Quantity(val, unit.nanometer)
 %}
+%pythonappend NNPPlugin::NNPLangevinIntegrator::getTemperature() const %{
+    val = unit.Quantity(val, unit.kelvin)
+%}
+%pythonappend NNPPlugin::NNPLangevinIntegrator::getFriction() const %{
+    val = unit.Quantity(val, 1 / unit.picosecond)
+%}
+/* A cast result refers into the original object: keep that alive as long as the result. */
+%pythonappend NNPPlugin::NNPGraphIntegrator::cast(OpenMM::Integrator& integrator) %{
+    val._nnp_owner = integrator
+%}
+%pythonappend NNPPlugin::NNPVerletIntegrator::cast(OpenMM::Integrator& integrator) %{
+    val._nnp_owner = integrator
+%}
+%pythonappend NNPPlugin::NNPLangevinIntegrator::cast(OpenMM::Integrator& integrator) %{
+    val._nnp_owner = integrator
+%}
 %pythonbegin %{
 from openmm import unit
 %}
@@ -93,6 +110,65 @@ public:
         /** Whether an OpenMM Force is an NNPForce. */
         static bool isinstance(OpenMM::Force& force) {
             return dynamic_cast<NNPPlugin::NNPForce*>(&force) != NULL;
+        }
+    }
+};
+
+
+/**
+ * Base of the plugin's integrators: on CUDA, whole steps are recorded into CUDA graphs and replayed.
+ */
+class NNPGraphIntegrator : public OpenMM::Integrator {
+public:
+    int getStepsPerGraph() const;
+    void setStepsPerGraph(int steps);
+    bool getUseGraphs() const;
+    void setUseGraphs(bool use);
+    virtual void step(int steps);
+    bool isReplayingGraphs() const;
+    std::string getFallbackReason() const;
+    int getNumGraphRecordings() const;
+    virtual bool isStochastic() const = 0;
+    %extend {
+        /** An OpenMM Integrator (e.g. from XmlSerializer.deserialize) as the plugin's integrator. */
+        static NNPPlugin::NNPGraphIntegrator& cast(OpenMM::Integrator& integrator) {
+            NNPPlugin::NNPGraphIntegrator* result = dynamic_cast<NNPPlugin::NNPGraphIntegrator*>(&integrator);
+            if (result == NULL) throw OpenMM::OpenMMException("NNPGraphIntegrator.cast: not an NNP integrator");
+            return *result;
+        }
+    }
+};
+
+/** Leapfrog Verlet (OpenMM's VerletIntegrator algorithm); stepSize in ps or a Quantity. */
+class NNPVerletIntegrator : public NNPGraphIntegrator {
+public:
+    NNPVerletIntegrator(double stepSize);
+    virtual bool isStochastic() const;
+    %extend {
+        static NNPPlugin::NNPVerletIntegrator& cast(OpenMM::Integrator& integrator) {
+            NNPPlugin::NNPVerletIntegrator* result = dynamic_cast<NNPPlugin::NNPVerletIntegrator*>(&integrator);
+            if (result == NULL) throw OpenMM::OpenMMException("NNPVerletIntegrator.cast: not an NNPVerletIntegrator");
+            return *result;
+        }
+    }
+};
+
+/** Langevin dynamics (OpenMM's LangevinMiddleIntegrator scheme); K, 1/ps, ps or Quantities. */
+class NNPLangevinIntegrator : public NNPGraphIntegrator {
+public:
+    NNPLangevinIntegrator(double temperature, double frictionCoeff, double stepSize);
+    double getTemperature() const;
+    void setTemperature(double temp);
+    double getFriction() const;
+    void setFriction(double coeff);
+    int getRandomNumberSeed() const;
+    void setRandomNumberSeed(int seed);
+    virtual bool isStochastic() const;
+    %extend {
+        static NNPPlugin::NNPLangevinIntegrator& cast(OpenMM::Integrator& integrator) {
+            NNPPlugin::NNPLangevinIntegrator* result = dynamic_cast<NNPPlugin::NNPLangevinIntegrator*>(&integrator);
+            if (result == NULL) throw OpenMM::OpenMMException("NNPLangevinIntegrator.cast: not an NNPLangevinIntegrator");
+            return *result;
         }
     }
 };

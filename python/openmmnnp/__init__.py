@@ -6,17 +6,21 @@
     system.addForce(force)
     force.getBatchEnergies(context)              # Quantity, kJ/mol, one value per batch
 
+Integrators: :class:`NNPLangevinIntegrator` and :class:`NNPVerletIntegrator` replay whole steps from
+CUDA graphs on the CUDA platform (OpenMM's own kernels elsewhere), e.g.
+``NNPLangevinIntegrator(300*kelvin, 1/picosecond, 0.5*femtoseconds)``.
+
 Helpers: :func:`createForceFromTopology`, :func:`readXYZ`, :func:`createSystemFromXYZ`,
 :class:`BatchEnergyReporter`; the main job is ``python -m openmmnnp.simulate``.
 Errors raise :class:`openmm.OpenMMException`.
 """
 import openmm as _openmm  # loads OpenMM and its plugins first
 
-from .nnpswig import NNPForce
+from .nnpswig import NNPForce, NNPGraphIntegrator, NNPLangevinIntegrator, NNPVerletIntegrator
 from .helpers import createForceFromTopology, readXYZ, createSystemFromXYZ, XYZMolecule
 from .reporter import BatchEnergyReporter
 
-__all__ = ["NNPForce", "createForceFromTopology", "readXYZ", "createSystemFromXYZ", "XYZMolecule",
+__all__ = ["NNPForce", "NNPGraphIntegrator", "NNPLangevinIntegrator", "NNPVerletIntegrator", "createForceFromTopology", "readXYZ", "createSystemFromXYZ", "XYZMolecule",
            "BatchEnergyReporter", "pluginLoadFailures"]
 
 _addAtom = NNPForce.addAtom
