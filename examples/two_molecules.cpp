@@ -1,6 +1,8 @@
 // Example (C++): two drug-like molecules as two batches of one NNPForce, a few MD steps, and the
-// energy of each molecule.   two_molecules MODEL.info MOLECULE1.xyz MOLECULE2.xyz
+// energy of each molecule, with the plugin's Langevin integrator (whole steps from CUDA graphs on the
+// CUDA platform).   two_molecules MODEL.info MOLECULE1.xyz MOLECULE2.xyz
 #include "NNPForce.h"
+#include "NNPIntegrators.h"
 #include "OpenMM.h"
 
 #include <fstream>
@@ -42,7 +44,7 @@ int main(int argc, char** argv) {
             }
         }
         system.addForce(force);
-        LangevinMiddleIntegrator integrator(300, 1.0, 0.0005);
+        NNPPlugin::NNPLangevinIntegrator integrator(300, 1.0, 0.0005);
         Context context(system, integrator, Platform::getPlatformByName("CPU"));
         context.setPositions(positions);
         integrator.step(10);

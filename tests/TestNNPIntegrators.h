@@ -181,6 +181,29 @@ void testLangevinReproducible() {
           "setPositions/setVelocities made the graph record again");
 }
 
+/* A checkpoint restores the random-number state: the steps after loading it repeat exactly. */
+void testCheckpoint() {
+    std::cout << "Langevin checkpoint" << std::endl;
+    TestSystem t;
+    makeTestSystem(t, false, 16);
+    NNPLangevinIntegrator* integrator = new NNPLangevinIntegrator(300, 10, 0.001);
+    integrator->setRandomNumberSeed(31);
+    integrator->setStepsPerGraph(4);
+    Run r(t.system, integrator, t.positions);
+    integrator->step(9);
+    std::stringstream checkpoint;
+    r.context->createCheckpoint(checkpoint);
+    integrator->step(8);
+    vector<Vec3> first = r.state().getPositions();
+    r.context->loadCheckpoint(checkpoint);
+    integrator->step(8);
+    vector<Vec3> second = r.state().getPositions();
+    double d = maxDiff(first, second);
+    std::cout << "  8 steps after the checkpoint, twice: largest position difference " << d << " nm" << std::endl;
+    CHECK(d == 0, "steps after loadCheckpoint differ from the steps after createCheckpoint");
+    CHECK(maxDiff(first, t.positions) > 0, "the particles did not move");
+}
+
 /* Free particles: the Langevin thermostat reaches its temperature; changes of temperature and
    friction take effect without recording again. */
 void testLangevinTemperature() {
@@ -450,6 +473,7 @@ void runIntegratorTests(bool heavy, bool quick) {
     testSerialization();
     testVerletMatchesOpenMM();
     testLangevinReproducible();
+    testCheckpoint();
     if (!quick) testLangevinTemperature();
     testRecordingTriggers();
     testNNPUpdate();

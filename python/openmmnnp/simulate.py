@@ -3,7 +3,8 @@
     python -m openmmnnp.simulate [--molecules DIR] [--model PATH] [--count N] [--steps N] ...
 
 Each XYZ file becomes one batch. The System is energy-minimised, then run with Langevin dynamics on
-the fastest platform available; a progress line shows speed and time left; at the end every
+the fastest platform available (NNPLangevinIntegrator: on CUDA, whole steps replayed from CUDA graphs;
+--integrator openmm uses OpenMM's LangevinMiddleIntegrator instead); a progress line shows speed and time left; at the end every
 molecule's energy and the speed (ns/day, molecule-steps/s, atom-steps/s) are printed.
 """
 import argparse
@@ -69,7 +70,7 @@ class Progress:
 
 
 def main(argv=None):
-    from . import NNPForce, createSystemFromXYZ, pluginLoadFailures
+    from . import NNPForce, NNPLangevinIntegrator, createSystemFromXYZ, pluginLoadFailures
     shared = sharedDirectory()
     parser = argparse.ArgumentParser(prog="python -m openmmnnp.simulate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--molecules", help="folder of XYZ files, one molecule each (default: shared/molecules/druglike)")
@@ -83,6 +84,8 @@ def main(argv=None):
     parser.add_argument("--minimize", type=int, help="minimiser iterations (default: sized for the platform; 0 skips)")
     parser.add_argument("--energies", help="write per-molecule energies every 100 steps to this CSV file")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    parser.add_argument("--integrator", choices=["nnp", "openmm"], default="nnp",
+                        help="nnp: NNPLangevinIntegrator (CUDA graphs on CUDA; default); openmm: LangevinMiddleIntegrator")
     args = parser.parse_args(argv)
 
     model = args.model or (shared and os.path.join(shared, "models", "ani-model-zoo", "ani-2x_8x.info"))
@@ -109,7 +112,10 @@ def main(argv=None):
         if "NNP" in failure:
             print(f"  note: {failure}", file=sys.stderr)
     dt = args.timestep * unit.femtosecond
-    integrator = openmm.LangevinMiddleIntegrator(args.temperature * unit.kelvin, args.friction / unit.picosecond, dt)
+    if args.integrator == "nnp":
+        integrator = NNPLangevinIntegrator(args.temperature * unit.kelvin, args.friction / unit.picosecond, dt)
+    else:
+        integrator = openmm.LangevinMiddleIntegrator(args.temperature * unit.kelvin, args.friction / unit.picosecond, dt)
     integrator.setRandomNumberSeed(args.seed)
     context = openmm.Context(system, integrator, platform)
     context.setPositions(positions)
@@ -151,6 +157,12 @@ def main(argv=None):
         print(f"{mol.name:<24}{len(mol.elements):>6}{energies[k]:>22.4f}{energies[k] / 2625.4996387552483:>20.8f}")
     if len(shown) < len(molecules):
         print(f"... ({len(molecules) - len(shown)} more; --energies FILE writes them all)")
+    if args.integrator == "nnp":
+        reason = integrator.getFallbackReason() or (
+            "CUDA graphs need the CUDA platform" if platform.getName() != "CUDA" else "")
+        how = ("whole steps replayed from CUDA graphs" if integrator.isReplayingGraphs() else
+               "eager steps" + (f" ({reason})" if reason else ""))
+        print(f"\nintegrator: NNPLangevinIntegrator, {how}")
     if steps > 0 and elapsed > 0:
         rate = steps / elapsed
         print(f"\nspeed: {rate * args.timestep * 86400 / 1e6:.4f} ns/day at {args.timestep} fs, {1e6 / rate:.1f} µs/step, "
