@@ -83,14 +83,15 @@ static NNPVerletIntegrator* nnpVerlet(double dt, int k) {
     return integrator;
 }
 
-/* Positions, velocities, time and step count of two runs must be identical. */
-static void expectSame(Run& a, Run& b, const string& label) {
+/* Positions, velocities, time and step count of two runs must be identical (or, where OpenMM's own
+   kernels are not deterministic, within tolX nm and tolV nm/ps). */
+static void expectSame(Run& a, Run& b, const string& label, double tolX = 0, double tolV = 0) {
     State sa = a.state(), sb = b.state();
     double dx = maxDiff(sa.getPositions(), sb.getPositions()), dv = maxDiff(sa.getVelocities(), sb.getVelocities());
     std::cout << "  " << label << ": position difference " << dx << " nm, velocity difference " << dv << " nm/ps, steps "
               << a.context->getStepCount() << "/" << b.context->getStepCount() << ", time " << sa.getTime() << "/"
               << sb.getTime() << std::endl;
-    CHECK(dx == 0 && dv == 0, label << ": trajectories differ");
+    CHECK(dx <= tolX && dv <= tolV, label << ": trajectories differ");
     CHECK(a.context->getStepCount() == b.context->getStepCount(), label << ": step counts differ");
     CHECK(sa.getTime() == sb.getTime(), label << ": times differ");
 }
@@ -371,7 +372,10 @@ void testFallback() {
         Run a(t.system, nnpVerlet(0.0005, 4), t.positions), b(t.system, new VerletIntegrator(0.0005), t.positions);
         a.integrator->step(13);
         b.integrator->step(13);
-        expectSame(a, b, c.label);
+        // OpenMM's CPU nonbonded kernel adds the threads' forces in a varying order: two CPU
+        // Contexts of the same System differ in the last bits (seen with 16 threads).
+        bool cpuNonbonded = string(platformName) == "CPU" && c.cause == "NonbondedForce";
+        expectSame(a, b, c.label, cpuNonbonded ? 1e-6 : 0, cpuNonbonded ? 1e-3 : 0);
         NNPVerletIntegrator& v = static_cast<NNPVerletIntegrator&>(*a.integrator);
         std::cout << "    fallback reason: '" << v.getFallbackReason() << "'" << std::endl;
         if (usesGraphs()) {
