@@ -1022,7 +1022,12 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         s->bwd_jobs[h] = (int)(nj - s->bwd_job0[h]);
         s->bwd_grid[h] = dim3(gx, gy, s->bwd_jobs[h]);
     }
-    /* Split-K where the row counts are small: ~128 k per part, up to 16 parts. */
+    /* Split-K where the row counts are small: about split_k values of k per part (so each block
+       walks only a few k-steps and many blocks keep loads in flight), at most split_max parts, and
+       at most 2^24 partial sums per layer. NNP_CUDA_SPLIT_K / NNP_CUDA_SPLIT_MAX override (tuning). */
+    int split_k = 128, split_max = 16;
+    if (getenv("NNP_CUDA_SPLIT_K")) split_k = max(GEMM_K, atoi(getenv("NNP_CUDA_SPLIT_K")));
+    if (getenv("NNP_CUDA_SPLIT_MAX")) split_max = max(1, atoi(getenv("NNP_CUDA_SPLIT_MAX")));
     size_t partial_size = 0;
     size_t* partial_at = (size_t*)malloc(sizeof(size_t) * (nj + 1));
     for (size_t j = 0; j < nj; j++) partial_at[j] = (size_t)-1;
@@ -1036,7 +1041,8 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
                 max_k = max(max_k, jobs[j0 + j].k);
                 max_mn = max(max_mn, jobs[j0 + j].m * jobs[j0 + j].n);
             }
-            int ksplit = max_m <= 256 ? max(1, min(16, max_k / 128)) : 1;
+            int ksplit = max_m <= 256 ? max(1, min(split_max, max_k / split_k)) : 1;
+            while (ksplit > 1 && (size_t)ksplit * max_mn * count > ((size_t)1 << 24)) ksplit /= 2;
             size_t offset = 0;
             for (int j = 0; ksplit > 1 && j < count; j++) {
                 partial_at[j0 + j] = offset;
