@@ -521,6 +521,126 @@ __global__ void k_gemm_reduce(const GemmJob<real>* __restrict__ jobs, int ksplit
     }
 }
 
+/*
+ * Few rows (m <= SKINNY_M, float32): the step after split-K for one or a few molecules. A block
+ * covers 64 columns and one k-range for all m rows; the weights are read once, straight from global
+ * memory (8 values per thread in flight, coalesced along k for TRANS_B and along n otherwise), the
+ * activation rows from shared memory. The 4 partial sums of each output are added in a fixed order
+ * (a shuffle tree, or shared memory), so the result does not depend on scheduling. Same grid (y = 1),
+ * split-K partial layout and epilogue as k_gemm.
+ */
+#define SKINNY_M 32
+template <bool TRANS_B, int EPI>
+__global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __restrict__ jobs, int ksplit) {
+    const GemmJob<float> job = jobs[blockIdx.z / ksplit];
+    const int part = blockIdx.z % ksplit;
+    const int kc = ((job.k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
+    const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
+    const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
+    if (col0 >= job.n) return;
+    __shared__ float As[SKINNY_M][33];
+    __shared__ float Red[TRANS_B ? 1 : 4][TRANS_B ? 1 : SKINNY_M][GEMM_TILE];
+    const int t = threadIdx.x;
+    const int tc = TRANS_B ? t / 4 : t % GEMM_TILE; /* column within the tile */
+    const int tg = TRANS_B ? t % 4 : t / GEMM_TILE; /* which quarter of each 32-wide k chunk */
+    const int gc = col0 + tc;
+    float acc[SKINNY_M];
+#pragma unroll
+    for (int r = 0; r < SKINNY_M; r++) acc[r] = 0.f;
+    for (int k0 = kbegin; k0 < kend; k0 += 32) {
+        __syncthreads();
+        for (int e = t; e < SKINNY_M * 32; e += 256) {
+            int r = e / 32, kk = e % 32, gk = k0 + kk;
+            As[r][kk] = (r < m && gk < kend) ? job.A[(size_t)r * job.lda + gk] : 0.f;
+        }
+        __syncthreads();
+        if (gc < job.n) {
+            float w[8];
+            if (TRANS_B) {
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    int gk = k0 + tg * 8 + i;
+                    w[i] = gk < kend ? job.B[(size_t)gc * job.ldb + gk] : 0.f;
+                }
+#pragma unroll
+                for (int r = 0; r < SKINNY_M; r++)
+                    if (r < m) {
+                        float a = acc[r];
+#pragma unroll
+                        for (int i = 0; i < 8; i++) a += As[r][tg * 8 + i] * w[i];
+                        acc[r] = a;
+                    }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    int gk = k0 + tg + 4 * i;
+                    w[i] = gk < kend ? job.B[(size_t)gk * job.ldb + gc] : 0.f;
+                }
+#pragma unroll
+                for (int r = 0; r < SKINNY_M; r++)
+                    if (r < m) {
+                        float a = acc[r];
+#pragma unroll
+                        for (int i = 0; i < 8; i++) a += As[r][tg + 4 * i] * w[i];
+                        acc[r] = a;
+                    }
+            }
+        }
+    }
+    auto put = [&](int r, int c, float v) {
+        int g = col0 + c;
+        if (r >= m || g >= job.n) return;
+        if (ksplit > 1) job.partial[((size_t)part * m + r) * job.n + g] = v;
+        else job.C[(size_t)r * job.ldc + g] = epilogue<float>(EPI, job, r, g, v);
+    };
+    if (TRANS_B) {
+        /* The 4 threads of a column are 4 consecutive lanes: a butterfly gives each the same sum
+           ((a+b)+(c+d), by commutativity); thread tg writes rows tg, tg+4, ... */
+#pragma unroll
+        for (int r = 0; r < SKINNY_M; r++) {
+            float v = acc[r];
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            v += __shfl_xor_sync(0xffffffffu, v, 2);
+            if ((r & 3) == tg) put(r, tc, v);
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < SKINNY_M; r++)
+            if (r < m) Red[tg][r][tc] = acc[r];
+        __syncthreads();
+        for (int e = t; e < m * GEMM_TILE; e += 256) {
+            int r = e / GEMM_TILE, c = e % GEMM_TILE;
+            put(r, c, ((Red[0][r][c] + Red[1][r][c]) + Red[2][r][c]) + Red[3][r][c]);
+        }
+    }
+}
+
+/* Chooses the few-rows kernel where it applies (float32, m <= SKINNY_M; NNP_CUDA_SKINNY=0 turns it
+   off for comparisons). */
+static int skinny_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) enabled = !(getenv("NNP_CUDA_SKINNY") && atoi(getenv("NNP_CUDA_SKINNY")) == 0);
+    return enabled;
+}
+template <typename real> struct SkinnyGemm {
+    template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, int, int, cudaStream_t) { return false; }
+    static void preload() {}
+};
+template <> struct SkinnyGemm<float> {
+    template <bool TRANS_B, int EPI>
+    static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, cudaStream_t stream) {
+        if (max_m > SKINNY_M || !skinny_enabled()) return false;
+        k_gemm_skinny<TRANS_B, EPI><<<dim3(grid.x, 1, grid.z), 256, 0, stream>>>(jobs, ksplit);
+        return true;
+    }
+    static void preload() {
+        cudaFuncAttributes attr;
+        cudaFuncGetAttributes(&attr, k_gemm_skinny<true, EPI_BIAS_CELU>);
+        cudaFuncGetAttributes(&attr, k_gemm_skinny<false, EPI_DERIV>);
+        cudaFuncGetAttributes(&attr, k_gemm_skinny<false, EPI_NONE>);
+    }
+};
+
 /* ------------------------------------------------------------------ output layer */
 
 /* Per element: the last hidden layer's outputs Y (rows × members·width), output weights w_out
@@ -765,6 +885,7 @@ struct nnp_cuda_state {
     dim3 fwd_grid[NNP_MAX_LAYERS], bwd_grid[NNP_MAX_LAYERS];
     int fwd_ksplit[NNP_MAX_LAYERS], bwd_ksplit[NNP_MAX_LAYERS];
     int fwd_mn[NNP_MAX_LAYERS], bwd_mn[NNP_MAX_LAYERS]; /* largest m·n of a launch's jobs */
+    int fwd_m[NNP_MAX_LAYERS], bwd_m[NNP_MAX_LAYERS];   /* largest m of a launch's jobs */
     void* partial;    /* split-K workspace, shared by the launches (they run in order) */
     int* host_flags; /* pinned: flags of the latest evaluation, copied asynchronously */
     /* stage timing (NNP_CUDA_PROFILE=1, evaluations outside capture only) */
@@ -821,6 +942,7 @@ template <typename real> static void preload() {
     cudaFuncGetAttributes(&attr, k_total_energy);
     cudaFuncGetAttributes(&attr, k_fixed_to_xyz);
     cudaFuncGetAttributes(&attr, k_reset_flags);
+    SkinnyGemm<real>::preload();
 }
 
 template <typename real> static AevParams<real> aev_params(const nnp_model* m) {
@@ -1025,7 +1147,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     /* Split-K where the row counts are small: about split_k values of k per part (so each block
        walks only a few k-steps and many blocks keep loads in flight), at most split_max parts, and
        at most 2^24 partial sums per layer. NNP_CUDA_SPLIT_K / NNP_CUDA_SPLIT_MAX override (tuning). */
-    int split_k = 128, split_max = 16;
+    int split_k = 32, split_max = 64; /* measured best on the H200 of 128/16, 64/32, 32/64, 16/64, 32/128 */
     if (getenv("NNP_CUDA_SPLIT_K")) split_k = max(GEMM_K, atoi(getenv("NNP_CUDA_SPLIT_K")));
     if (getenv("NNP_CUDA_SPLIT_MAX")) split_max = max(1, atoi(getenv("NNP_CUDA_SPLIT_MAX")));
     size_t partial_size = 0;
@@ -1051,6 +1173,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
             partial_size = offset > partial_size ? offset : partial_size;
             (pass ? s->bwd_ksplit : s->fwd_ksplit)[h] = ksplit;
             (pass ? s->bwd_mn : s->fwd_mn)[h] = max_mn;
+            (pass ? s->bwd_m : s->fwd_m)[h] = max_m;
             dim3& grid = (pass ? s->bwd_grid : s->fwd_grid)[h];
             grid.z = count * ksplit;
         }
@@ -1105,7 +1228,14 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
 }
 
 template <typename real, bool TRANS_B, int EPI>
-static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, cudaStream_t stream) {
+static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, int max_m, cudaStream_t stream) {
+    if (SkinnyGemm<real>::template run<TRANS_B, EPI>(jobs, grid, ksplit, max_m, stream)) {
+        if (ksplit > 1) {
+            int blocks = min(1024, (max_mn + 255) / 256);
+            k_gemm_reduce<real, EPI><<<dim3(blocks, grid.z / ksplit), 256, 0, stream>>>(jobs, ksplit);
+        }
+        return;
+    }
     if (ksplit == 1) { /* many rows: the 128×128 kernel (grid given in 64-wide tiles) */
         dim3 big((grid.x + 1) / 2, (grid.y + 1) / 2, grid.z);
         k_gemm_big<real, TRANS_B, EPI><<<big, 256, 0, stream>>>(jobs);
@@ -1149,7 +1279,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
         for (int h = 0; h < s->n_hidden; h++)
-            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], stream);
+            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], stream);
         MARK();
         const double scale = 1.0 / M;
         k_output<real><<<dim3((s->max_rows * 32 + 127) / 128, s->n_out_jobs), 128, 0, stream>>>(
@@ -1157,8 +1287,8 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         MARK();
         if (with_forces) {
             for (int h = s->n_hidden - 1; h >= 1; h--)
-                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], stream);
-            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], stream);
+                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], stream);
+            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], stream);
             MARK();
             unsigned long long* target;
             const int* findex;
