@@ -1147,8 +1147,10 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     /* Split-K where the row counts are small: about split_k values of k per part (so each block
        walks only a few k-steps and many blocks keep loads in flight), at most split_max parts, and
        at most 2^24 partial sums per layer. NNP_CUDA_SPLIT_K / NNP_CUDA_SPLIT_MAX override (tuning). */
-    int split_k = 32, split_max = 64; /* measured best on the H200 of 128/16, 64/32, 32/64, 16/64, 32/128 */
-    if (getenv("NNP_CUDA_SPLIT_K")) split_k = max(GEMM_K, atoi(getenv("NNP_CUDA_SPLIT_K")));
+    /* Measured on the H200 (docs/benchmarks.md): 32 for k_gemm (of 128, 64, 32, 16), 64 for the
+       few-rows kernel (of 32, 64), whose reduction then reads half the partial sums. */
+    int split_k = 32, split_k_skinny = 64, split_max = 64;
+    if (getenv("NNP_CUDA_SPLIT_K")) split_k = split_k_skinny = max(GEMM_K, atoi(getenv("NNP_CUDA_SPLIT_K")));
     if (getenv("NNP_CUDA_SPLIT_MAX")) split_max = max(1, atoi(getenv("NNP_CUDA_SPLIT_MAX")));
     size_t partial_size = 0;
     size_t* partial_at = (size_t*)malloc(sizeof(size_t) * (nj + 1));
@@ -1163,7 +1165,8 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
                 max_k = max(max_k, jobs[j0 + j].k);
                 max_mn = max(max_mn, jobs[j0 + j].m * jobs[j0 + j].n);
             }
-            int ksplit = max_m <= 256 ? max(1, min(split_max, max_k / split_k)) : 1;
+            int per_part = sizeof(real) == 4 && max_m <= SKINNY_M && skinny_enabled() ? split_k_skinny : split_k;
+            int ksplit = max_m <= 256 ? max(1, min(split_max, max_k / per_part)) : 1;
             while (ksplit > 1 && (size_t)ksplit * max_mn * count > ((size_t)1 << 24)) ksplit /= 2;
             size_t offset = 0;
             for (int j = 0; ksplit > 1 && j < count; j++) {
