@@ -62,7 +62,7 @@ PY
     # racecheck (shared-memory hazards) on the integrators' own kernels; libnnp's kernels have their
     # racecheck run in the `sanitize` step, and under racecheck the whole test takes too long.
     for tool in memcheck racecheck; do
-      filter=""; [ "$tool" = racecheck ] && filter="--kernel-name regex:nnpLangevin"
+      filter=""; [ "$tool" = racecheck ] && filter="--kernel-name kns=nnpLangevin"
       NNP_TEST_QUICK=1 OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 280 compute-sanitizer --tool "$tool" $filter --error-exitcode 9 \
         "$root/build-gpu/platforms/cuda/TestCudaNNPIntegrators" > "$out/sanitizer-integrators-$tool.log" 2>&1
       echo "compute-sanitizer $tool on TestCudaNNPIntegrators: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-integrators-$tool.log" | tail -n 1); $(grep -cE 'FAILED' "$out/sanitizer-integrators-$tool.log") failed checks)"
