@@ -19,8 +19,6 @@
 
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <mma.h>
-#include <type_traits>
 
 #include <math.h>
 #include <stdio.h>
@@ -617,128 +615,6 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
     }
 }
 
-/*
- * Many rows, float32, on tensor cores: 128×128 tiles, k-steps of 16, 8 warps of 32×64 results
- * (2×4 wmma 16×16×8 TF32 fragments). Each float x is split into x_hi = tf32(x) and
- * x_lo = tf32(x − x_hi), and a·b ≈ a_hi·b_hi + a_hi·b_lo + a_lo·b_hi ("3xTF32"), which keeps
- * float32 accuracy. The sums run in a fixed order on every launch (the hardware's mma order), so
- * results do not depend on scheduling. Same grid and epilogue as k_gemm_big.
- */
-#define TC_TILE 128
-#define TC_K 16
-#define TC_PAD 4
-template <bool TRANS_B, int EPI>
-__global__ void __launch_bounds__(256) k_gemm_tc(const GemmJob<float>* __restrict__ jobs) {
-#if __CUDA_ARCH__ >= 800
-    using namespace nvcuda;
-    const GemmJob<float> job = jobs[blockIdx.z];
-    const int row0 = blockIdx.y * TC_TILE, col0 = blockIdx.x * TC_TILE;
-    if (row0 >= job.m || col0 >= job.n) return;
-    __shared__ __align__(32) float As[TC_TILE][TC_K + TC_PAD];
-    __shared__ __align__(32) float Bs[TRANS_B ? TC_TILE : TC_K][TRANS_B ? TC_K + TC_PAD : TC_TILE + TC_PAD];
-    __shared__ __align__(32) float Cs[8][16][16 + TC_PAD];
-    const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-    const int wr = (warp / 2) * 32, wc = (warp % 2) * 64; /* this warp's 32×64 block of the tile */
-    typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> FragA;
-    typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32,
-                           typename std::conditional<TRANS_B, wmma::col_major, wmma::row_major>::type> FragB;
-    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[2][4];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[i][j], 0.0f);
-    for (int k0 = 0; k0 < job.k; k0 += TC_K) {
-        for (int e = t; e < TC_TILE * TC_K; e += 256) {
-            int r = e / TC_K, kk = e % TC_K, gr = row0 + r, gk = k0 + kk;
-            As[r][kk] = (gr < job.m && gk < job.k) ? job.A[(size_t)gr * job.lda + gk] : 0.f;
-            if (TRANS_B) {
-                int gc = col0 + r;
-                Bs[r][kk] = (gc < job.n && gk < job.k) ? job.B[(size_t)gc * job.ldb + gk] : 0.f;
-            } else {
-                int c = e % TC_TILE, kb = e / TC_TILE, gc2 = col0 + c, gk2 = k0 + kb;
-                (&Bs[0][0])[kb * (TC_TILE + TC_PAD) + c] = (gc2 < job.n && gk2 < job.k) ? job.B[(size_t)gk2 * job.ldb + gc2] : 0.f;
-            }
-        }
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < TC_K; kk += 8) {
-            FragA a_hi[2], a_lo[2];
-            FragB b_hi[4], b_lo[4];
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                wmma::load_matrix_sync(a_hi[i], &As[wr + 16 * i][kk], TC_K + TC_PAD);
-#pragma unroll
-                for (int x = 0; x < a_hi[i].num_elements; x++) {
-                    float v = a_hi[i].x[x], hi = wmma::__float_to_tf32(v);
-                    a_hi[i].x[x] = hi;
-                    a_lo[i].x[x] = wmma::__float_to_tf32(v - hi);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                if (TRANS_B)
-                    wmma::load_matrix_sync(b_hi[j], &(&Bs[0][0])[(wc + 16 * j) * (TC_K + TC_PAD) + kk], TC_K + TC_PAD);
-                else
-                    wmma::load_matrix_sync(b_hi[j], &(&Bs[0][0])[kk * (TC_TILE + TC_PAD) + wc + 16 * j], TC_TILE + TC_PAD);
-#pragma unroll
-                for (int x = 0; x < b_hi[j].num_elements; x++) {
-                    float v = b_hi[j].x[x], hi = wmma::__float_to_tf32(v);
-                    b_hi[j].x[x] = hi;
-                    b_lo[j].x[x] = wmma::__float_to_tf32(v - hi);
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    wmma::mma_sync(acc[i][j], a_lo[i], b_hi[j], acc[i][j]);
-                    wmma::mma_sync(acc[i][j], a_hi[i], b_lo[j], acc[i][j]);
-                    wmma::mma_sync(acc[i][j], a_hi[i], b_hi[j], acc[i][j]);
-                }
-        }
-        __syncthreads();
-    }
-    /* Epilogue through a per-warp 16×16 staging tile. */
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            wmma::store_matrix_sync(&Cs[warp][0][0], acc[i][j], 16 + TC_PAD, wmma::mem_row_major);
-            __syncwarp();
-            for (int e = lane; e < 256; e += 32) {
-                int r = e / 16, c = e % 16;
-                int gr = row0 + wr + 16 * i + r, gc = col0 + wc + 16 * j + c;
-                if (gr < job.m && gc < job.n) job.C[(size_t)gr * job.ldc + gc] = epilogue<float>(EPI, job, gr, gc, Cs[warp][r][c]);
-            }
-            __syncwarp();
-        }
-#endif
-}
-
-/* Tensor cores where k_gemm_big would run (float32; NNP_CUDA_TC=0 turns it off for comparisons). */
-static int tc_enabled(void) {
-    static int enabled = -1;
-    if (enabled < 0) enabled = !(getenv("NNP_CUDA_TC") && atoi(getenv("NNP_CUDA_TC")) == 0);
-    return enabled;
-}
-template <typename real> struct TensorGemm {
-    template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, cudaStream_t) { return false; }
-    static void preload() {}
-};
-template <> struct TensorGemm<float> {
-    template <bool TRANS_B, int EPI> static bool run(const GemmJob<float>* jobs, dim3 grid, cudaStream_t stream) {
-        if (!tc_enabled()) return false;
-        k_gemm_tc<TRANS_B, EPI><<<grid, 256, 0, stream>>>(jobs);
-        return true;
-    }
-    static void preload() {
-        cudaFuncAttributes attr;
-        cudaFuncGetAttributes(&attr, k_gemm_tc<true, EPI_BIAS_CELU>);
-        cudaFuncGetAttributes(&attr, k_gemm_tc<false, EPI_DERIV>);
-        cudaFuncGetAttributes(&attr, k_gemm_tc<false, EPI_NONE>);
-    }
-};
-
 /* Chooses the few-rows kernel where it applies (float32, m <= SKINNY_M; NNP_CUDA_SKINNY=0 turns it
    off for comparisons). */
 static int skinny_enabled(void) {
@@ -1067,7 +943,6 @@ template <typename real> static void preload() {
     cudaFuncGetAttributes(&attr, k_fixed_to_xyz);
     cudaFuncGetAttributes(&attr, k_reset_flags);
     SkinnyGemm<real>::preload();
-    TensorGemm<real>::preload();
 }
 
 template <typename real> static AevParams<real> aev_params(const nnp_model* m) {
@@ -1366,7 +1241,6 @@ static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, i
     }
     if (ksplit == 1) { /* many rows: the 128×128 kernel (grid given in 64-wide tiles) */
         dim3 big((grid.x + 1) / 2, (grid.y + 1) / 2, grid.z);
-        if (TensorGemm<real>::template run<TRANS_B, EPI>(jobs, big, stream)) return;
         k_gemm_big<real, TRANS_B, EPI><<<big, 256, 0, stream>>>(jobs);
         return;
     }
