@@ -427,6 +427,50 @@ void testEnergyDrift(int molecules, int steps) {
     CHECK(worst < 0.02 * e0.second, "total energy moved by more than 2% of the kinetic energy");
 }
 
+/* Langevin on a batch of drug-like molecules with the NNP, started at 0 K: the kinetic temperature
+   reaches the set one within statistical error (the error from block averages of the samples). */
+void testBatchEquilibration(int molecules) {
+    std::cout << "Langevin: " << molecules << " drug-like molecules heated from 0 K to 300 K" << std::endl;
+    System system;
+    vector<Vec3> positions;
+    vector<Molecule> mols;
+    for (int i = 0; i < molecules; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "molecules/druglike/drugbank-%04d.xyz", 101 + i);
+        if (!exists(sharedPath(name))) continue;
+        mols.push_back(readXyz(name));
+        for (Vec3& p : mols.back().pos) p += Vec3(3.0 * i, 0, 0);
+    }
+    buildSystem(system, positions, mols, ani2x());
+    NNPLangevinIntegrator* integrator = new NNPLangevinIntegrator(300, 10, 0.0005);
+    integrator->setRandomNumberSeed(8);
+    Run r(system, integrator, positions);
+    r.context->setVelocities(vector<Vec3>(positions.size(), Vec3()));
+    const double kB = 0.00831446261815324;
+    const int n = positions.size(), blocks = 10, perBlock = 20;
+    integrator->step(1000); // 0.5 ps = 5 / friction
+    vector<double> blockMean;
+    double sum = 0;
+    for (int b = 0; b < blocks; b++) {
+        double bs = 0;
+        for (int k = 0; k < perBlock; k++) {
+            integrator->step(10);
+            bs += 2 * r.context->getState(State::Energy).getKineticEnergy() / (3 * n * kB);
+        }
+        blockMean.push_back(bs / perBlock);
+        sum += bs;
+    }
+    double mean = sum / (blocks * perBlock), var = 0;
+    for (double b : blockMean) var += (b - mean) * (b - mean);
+    double se = std::sqrt(var / (blocks - 1) / blocks);
+    double floor = 300 * std::sqrt(2.0 / (3 * n)) / std::sqrt(blocks * perBlock); // if samples were independent
+    double tolerance = 5 * std::max(se, floor);
+    std::cout << "  " << n << " atoms: mean kinetic temperature " << mean << " K over " << blocks * perBlock
+              << " samples (standard error " << se << " K from " << blocks << " blocks; tolerance " << tolerance << " K); graphs: "
+              << integrator->isReplayingGraphs() << std::endl;
+    CHECK(std::abs(mean - 300) < tolerance, "the batch did not equilibrate to 300 K: " << mean << " K");
+}
+
 void testSerialization() {
     std::cout << "XML serialization" << std::endl;
     NNPLangevinIntegrator langevin(310, 2.5, 0.0007);
@@ -483,6 +527,7 @@ void runIntegratorTests(bool heavy, bool quick) {
     testNNPUpdate();
     testFallback();
     if (!quick) testEnergyDrift(heavy ? 100 : 2, heavy ? 4000 : 200);
+    if (!quick && heavy) testBatchEquilibration(50);
 }
 
 int main() {
