@@ -96,4 +96,30 @@ static vector<Vec3> addMolecules(System& system, NNPForce* force, const vector<s
     return positions;
 }
 
+/* What both benchmarks start from: SHARED_DIR and sizes from the command line (default 1, 10, 100
+   and all molecules), the ANI-2x model, OpenMM's plugins and the CUDA platform, the GPU's name. */
+struct Bench {
+    string shared, model, gpu;
+    vector<int> sizes;
+    Platform* platform = nullptr;
+};
+
+static bool benchSetup(int argc, char** argv, const char* program, Bench& b) {
+    if (argc < 2) {
+        std::cerr << "usage: " << program << " SHARED_DIR [sizes...]" << std::endl;
+        return false;
+    }
+    b.shared = argv[1];
+    b.model = b.shared + "/models/ani-model-zoo/ani-2x_8x.info";
+    for (int i = 2; i < argc; i++) b.sizes.push_back(atoi(argv[i]));
+    if (b.sizes.empty()) b.sizes = {1, 10, 100, (int)chooseMolecules(b.shared, 1 << 30).size()};
+    Platform::loadPluginsFromDirectory(Platform::getDefaultPluginsDirectory());
+    NNPForce::getPluginLoadFailures();
+    b.platform = &Platform::getPlatformByName("CUDA");
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    b.gpu = prop.name;
+    return true;
+}
+
 #endif

@@ -32,27 +32,16 @@ static double timeSteps(Context& context, Integrator& integrator, int warm, int 
 }
 
 int main(int argc, char** argv) {
-    if (argc < 2) {
-        std::cerr << "usage: bench_integrators SHARED_DIR [sizes...]" << std::endl;
-        return 2;
-    }
-    string shared = argv[1], model = shared + "/models/ani-model-zoo/ani-2x_8x.info";
-    vector<int> sizes = {1, 10, 100, (int)chooseMolecules(shared, 1 << 30).size()};
-    if (argc > 2) {
-        sizes.clear();
-        for (int i = 2; i < argc; i++) sizes.push_back(atoi(argv[i]));
-    }
-    Platform::loadPluginsFromDirectory(Platform::getDefaultPluginsDirectory());
-    NNPForce::getPluginLoadFailures();
-    Platform& platform = Platform::getPlatformByName("CUDA");
-    cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
+    Bench bench;
+    if (!benchSetup(argc, argv, "bench_integrators", bench)) return 2;
+    const string &shared = bench.shared, &model = bench.model;
+    Platform& platform = *bench.platform;
     printf("GPU: %s; OpenMM %s CUDA platform, mixed precision; ANI-2x (8 members); 1 fs steps; 20 steps per graph\n",
-           prop.name, Platform::getOpenMMVersion().c_str());
+           bench.gpu.c_str(), Platform::getOpenMMVersion().c_str());
     printf("%9s %6s | %-28s | %10s %9s %12s | %s\n", "molecules", "atoms", "integrator", "µs/step", "ns/day", "mol-steps/s",
            "speed-up");
     const double dt = 0.001;
-    for (int count : sizes) {
+    for (int count : bench.sizes) {
         vector<string> chosen = chooseMolecules(shared, count);
         System system;
         vector<Vec3> positions = addMolecules(system, new NNPForce(model), chosen);

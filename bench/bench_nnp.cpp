@@ -8,27 +8,15 @@
 #include "bench_common.h"
 
 int main(int argc, char** argv) {
-    if (argc < 2) {
-        std::cerr << "usage: bench_nnp SHARED_DIR [sizes...]" << std::endl;
-        return 2;
-    }
-    string shared = argv[1], model = shared + "/models/ani-model-zoo/ani-2x_8x.info";
-    int all = (int)chooseMolecules(shared, 1 << 30).size();
-    vector<int> sizes = {1, 10, 100, all};
-    if (argc > 2) {
-        sizes.clear();
-        for (int i = 2; i < argc; i++) sizes.push_back(atoi(argv[i]));
-    }
-    Platform::loadPluginsFromDirectory(Platform::getDefaultPluginsDirectory());
-    NNPForce::getPluginLoadFailures();
-    Platform& platform = Platform::getPlatformByName("CUDA");
-    cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
-    printf("GPU: %s; OpenMM %s CUDA platform, mixed precision; ANI-2x (8 members), float32 evaluation\n", prop.name,
+    Bench bench;
+    if (!benchSetup(argc, argv, "bench_nnp", bench)) return 2;
+    const string &shared = bench.shared, &model = bench.model;
+    Platform& platform = *bench.platform;
+    printf("GPU: %s; OpenMM %s CUDA platform, mixed precision; ANI-2x (8 members), float32 evaluation\n", bench.gpu.c_str(),
            Platform::getOpenMMVersion().c_str());
     printf("%9s %7s | %10s %10s | %9s %9s %12s %12s | %6s\n", "molecules", "atoms", "eager µs", "graph µs",
            "speedup", "ns/day", "mol-steps/s", "atom-steps/s", "reduce");
-    for (int count : sizes) {
+    for (int count : bench.sizes) {
         vector<string> chosen = chooseMolecules(shared, count);
         System system;
         vector<int> zs, batches;

@@ -110,4 +110,19 @@ static void expectError(const string& needle, F body, const string& alternative 
     throw OpenMMException("expected an OpenMMException containing '" + needle + "'");
 }
 
+/* Loads OpenMM's plugins and this plugin's platform libraries; false (after saying why) when the
+   platform under test or its `kernel` is missing here: the test then exits with 77 (skipped). */
+static bool platformAvailable(const string& kernel) {
+    Platform::loadPluginsFromDirectory(OPENMM_PLUGIN_DIR);
+    NNPForce::getPluginLoadFailures(); // loads this plugin's platform libraries
+    bool found = false;
+    for (int i = 0; i < Platform::getNumPlatforms(); i++) found |= Platform::getPlatform(i).getName() == platformName;
+    if (found && Platform::getPlatformByName(platformName).supportsKernels({kernel})) return true;
+    std::cout << "skipped: the " << platformName << " platform is not available here (or has no " << kernel << " kernel)";
+    for (const string& f : Platform::getPluginLoadFailures()) std::cout << "\n  " << f;
+    for (const string& f : NNPForce::getPluginLoadFailures()) std::cout << "\n  " << f;
+    std::cout << std::endl;
+    return false;
+}
+
 #endif

@@ -302,17 +302,7 @@ void runAllTests() {
 
 int main() {
     try {
-        Platform::loadPluginsFromDirectory(OPENMM_PLUGIN_DIR);
-        NNPForce::getPluginLoadFailures(); // loads this plugin's platform libraries
-        bool found = false;
-        for (int i = 0; i < Platform::getNumPlatforms(); i++) found |= Platform::getPlatform(i).getName() == platformName;
-        if (!found || !Platform::getPlatformByName(platformName).supportsKernels({"CalcNNPForce"})) {
-            std::cout << "skipped: the " << platformName << " platform is not available here (or has no NNPForce kernel)";
-            for (const string& f : Platform::getPluginLoadFailures()) std::cout << "\n  " << f;
-            for (const string& f : NNPForce::getPluginLoadFailures()) std::cout << "\n  " << f;
-            std::cout << std::endl;
-            return 77;
-        }
+        if (!platformAvailable("CalcNNPForce")) return 77;
         runAllTests();
     } catch (const std::exception& e) {
         std::cout << "exception: " << e.what() << std::endl;

@@ -390,20 +390,25 @@ void testFallback() {
     }
 }
 
+/* Drug-like molecules drugbank-(first)..(first+count-1), 3 nm apart along x, one batch each. */
+static vector<Molecule> drugBatch(int first, int count) {
+    vector<Molecule> mols;
+    for (int i = 0; i < count; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "molecules/druglike/drugbank-%04d.xyz", first + i);
+        if (!exists(sharedPath(name))) continue;
+        mols.push_back(readXyz(name));
+        for (Vec3& p : mols.back().pos) p += Vec3(3.0 * i, 0, 0);
+    }
+    return mols;
+}
+
 /* Verlet NVE energy conservation for a batch of drug-like molecules with the NNP. */
 void testEnergyDrift(int molecules, int steps) {
     std::cout << "Verlet NVE energy drift, " << molecules << " drug-like molecules" << std::endl;
     System system;
     vector<Vec3> positions;
-    vector<Molecule> mols;
-    for (int i = 0; i < molecules; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "molecules/druglike/drugbank-%04d.xyz", 1 + i);
-        if (!exists(sharedPath(name))) continue;
-        mols.push_back(readXyz(name));
-        for (Vec3& p : mols.back().pos) p += Vec3(3.0 * i, 0, 0);
-    }
-    buildSystem(system, positions, mols, usesGraphs() ? ani2x() : smallModel());
+    buildSystem(system, positions, drugBatch(1, molecules), usesGraphs() ? ani2x() : smallModel());
     NNPVerletIntegrator* integrator = nnpVerlet(0.00025, 20);
     Run r(system, integrator, positions);
     r.context->setVelocitiesToTemperature(300.0, 3);
@@ -433,15 +438,7 @@ void testBatchEquilibration(int molecules) {
     std::cout << "Langevin: " << molecules << " drug-like molecules heated from 0 K to 300 K" << std::endl;
     System system;
     vector<Vec3> positions;
-    vector<Molecule> mols;
-    for (int i = 0; i < molecules; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "molecules/druglike/drugbank-%04d.xyz", 101 + i);
-        if (!exists(sharedPath(name))) continue;
-        mols.push_back(readXyz(name));
-        for (Vec3& p : mols.back().pos) p += Vec3(3.0 * i, 0, 0);
-    }
-    buildSystem(system, positions, mols, ani2x());
+    buildSystem(system, positions, drugBatch(101, molecules), ani2x());
     NNPLangevinIntegrator* integrator = new NNPLangevinIntegrator(300, 10, 0.0005);
     integrator->setRandomNumberSeed(8);
     Run r(system, integrator, positions);
@@ -532,17 +529,7 @@ void runIntegratorTests(bool heavy, bool quick) {
 
 int main() {
     try {
-        Platform::loadPluginsFromDirectory(OPENMM_PLUGIN_DIR);
-        NNPForce::getPluginLoadFailures(); // loads this plugin's platform libraries
-        bool found = false;
-        for (int i = 0; i < Platform::getNumPlatforms(); i++) found |= Platform::getPlatform(i).getName() == platformName;
-        if (!found || !Platform::getPlatformByName(platformName).supportsKernels({"IntegrateNNPStep"})) {
-            std::cout << "skipped: the " << platformName << " platform is not available here (or has no NNP integrator kernel)";
-            for (const string& f : Platform::getPluginLoadFailures()) std::cout << "\n  " << f;
-            for (const string& f : NNPForce::getPluginLoadFailures()) std::cout << "\n  " << f;
-            std::cout << std::endl;
-            return 77;
-        }
+        if (!platformAvailable("IntegrateNNPStep")) return 77;
         const char* heavy = getenv("NNP_TEST_HEAVY");
         const char* quick = getenv("NNP_TEST_QUICK");
         runIntegratorTests(usesGraphs() && !(heavy && string(heavy) == "0"), quick && string(quick) == "1");
