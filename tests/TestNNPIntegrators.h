@@ -122,6 +122,13 @@ void testVerletMatchesOpenMM() {
     double ka = a.context->getState(State::Energy).getKineticEnergy(), kb = b.context->getState(State::Energy).getKineticEnergy();
     std::cout << "  kinetic energy " << ka << " vs " << kb << " kJ/mol" << std::endl;
     CHECK(std::abs(ka - kb) <= 1e-12 * std::abs(kb), "kinetic energies differ");
+    // The same integrator with graphs switched off: eager steps, same trajectory.
+    NNPVerletIntegrator* eager = nnpVerlet(0.0005, 10);
+    eager->setUseGraphs(false);
+    Run c(t.system, eager, t.positions);
+    for (int n : {1, 23, 20, 3, 0, 7}) c.integrator->step(n);
+    expectSame(a, c, "graphs against the same integrator's eager steps");
+    CHECK(!eager->isReplayingGraphs() && eager->getNumGraphRecordings() == 0, "setUseGraphs(false) still recorded graphs");
 }
 
 /* Langevin: OpenMM's LangevinMiddleIntegrator where it is the kernel, else graphs against eager. */
