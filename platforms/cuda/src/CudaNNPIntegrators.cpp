@@ -22,7 +22,6 @@
 #include <cmath>
 #include <iostream>
 #include <random>
-#include <set>
 
 using namespace NNPPlugin;
 using namespace OpenMM;
@@ -49,7 +48,7 @@ CudaIntegrateNNPStepKernel::~CudaIntegrateNNPStepKernel() {
     if (stream != nullptr) cuStreamDestroy(stream);
 }
 
-void CudaIntegrateNNPStepKernel::initialize(const System& system, const NNPGraphIntegrator& integrator) {
+void CudaIntegrateNNPStepKernel::initialize(const System&, const NNPGraphIntegrator& integrator) {
     cu.initializeContexts();
     ContextSelector selector(cu);
     stochastic = integrator.isStochastic();
@@ -99,7 +98,6 @@ void CudaIntegrateNNPStepKernel::initialize(const System& system, const NNPGraph
     }
     checkCu(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     checkCu(cuEventCreate(&ordered, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    (void)system;
 }
 
 /* ------------------------------------------------------------------ one step */
