@@ -78,6 +78,15 @@ PY
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
       "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
     echo "ncu: exit $?"; grep -E "k_aev|k_gemm|Duration|Registers Per|Achieved Occupancy|Stall|Theoretical Occ|Local" "$out/ncu.txt" | head -n 40 ;;
+  kernels)
+    # Per-kernel GPU time (Nsight Compute, one metric, caches and clocks left alone) over the first
+    # launches of bench_nnp for each size in BENCH_SIZES: context set-up, then eager MD steps.
+    for n in ${BENCH_SIZES:-1 837}; do
+      OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 280 ncu --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum --launch-count ${KERNEL_COUNT:-300} --csv \
+        "$root/build-gpu/bench/bench_nnp" "$d/shared" "$n" > "$out/kernels-$n.csv" 2> "$out/kernels-$n.err"
+      echo "ncu kernels, $n molecules: exit $? ($(grep -c gpu__time_duration "$out/kernels-$n.csv") kernels)"
+    done ;;
   bench-integrators)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_integrators" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench-integrators.txt" ;;
   bench)

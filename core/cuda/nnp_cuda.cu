@@ -29,8 +29,6 @@
 #define NNP_PI_F 3.14159265358979323846
 #define NNP_CUDA_STAGES 7 /* positions+neighbours, AEV, forward, output, backward, forces, batch sums */
 #define AEV_THREADS 256
-#define AEV_CHUNK 256 /* neighbour pairs whose geometry is staged in shared memory at a time */
-#define AEV_SPW 5     /* element pairs per warp in the pair-parallel angular path (up to 40 pairs) */
 #define BWD_THREADS 128
 #define GEMM_TILE 64
 #define GEMM_K 16
@@ -232,7 +230,6 @@ __device__ int load_neighbors(int i, int capacity, const int* __restrict__ count
     return nn;
 }
 
-/* AEVs, one block per atom (rows in element order), one thread per feature. */
 /* Copies the AEV parameters from device memory into shared memory (indexed per thread, they
    would otherwise be copied to local memory from the kernel's parameters). */
 template <typename real> __device__ void load_params(const AevParams<real>* __restrict__ src, AevParams<real>& dst) {
@@ -242,11 +239,14 @@ template <typename real> __device__ void load_params(const AevParams<real>* __re
     __syncthreads();
 }
 
+/* AEVs, one block per atom (rows in element order). acc_stride > 0 selects the pair-parallel
+   angular path and is the length of each warp's accumulator row in the dynamic shared memory. */
 template <typename real>
 __global__ void __launch_bounds__(AEV_THREADS) k_aev(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
                                                      const int* __restrict__ count, const int* __restrict__ nbr_index,
                                                      const typename real4_of<real>::type* __restrict__ nbr_vec,
-                                                     const int* __restrict__ element, real* __restrict__ aev, int ld) {
+                                                     const int* __restrict__ element, real* __restrict__ aev, int ld,
+                                                     int acc_stride) {
     extern __shared__ unsigned char smem[];
     typename real4_of<real>::type* s_vec = (typename real4_of<real>::type*)smem;
     int* s_el = (int*)(s_vec + capacity);
@@ -269,52 +269,42 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev(const AevParams<real>* __re
         }
         out[f] = sum;
     }
-    const int n_sp = P.n_elements * (P.n_elements + 1) / 2;
     const int n_pairs = na * (na - 1) / 2;
-    if (P.angular_sub <= 32 && n_sp <= 8 * AEV_SPW) {
-        /* Angular features, pair-parallel: the pairs' geometry is computed once per chunk (one thread
-           per pair); warp w owns the element pairs sp ≡ w (mod 8), lane t the term t, and each lane
-           sums its terms over the pairs in order, so the result is the same on every run. */
-        __shared__ real g_theta[AEV_CHUNK], g_avg[AEV_CHUNK], g_fc[AEV_CHUNK];
-        __shared__ int g_sp[AEV_CHUNK];
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (acc_stride > 0) {
+        /* Angular features, pair-parallel (acc_stride = element pairs × angular_sub, angular_sub <= 32):
+           warp w takes the pairs w, w + 8, ... in order, lane t the term t, and adds each term to the
+           warp's own accumulator row in shared memory; the 8 rows are then added in warp order. The
+           pairs each warp sees and the order of every sum are fixed, so the result is the same on
+           every run. */
+        real* s_acc = (real*)(s_ang + capacity);
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+        for (int k = threadIdx.x; k < nwarps * acc_stride; k += blockDim.x) s_acc[k] = 0;
+        __syncthreads();
         const bool active = lane < P.angular_sub;
         const int t = active ? lane : 0;
         const int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
                   ea = t / (P.nShfZ * P.nShfA * P.nZeta);
         const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz];
-        real acc[AEV_SPW];
-#pragma unroll
-        for (int j = 0; j < AEV_SPW; j++) acc[j] = 0;
-        for (int c0 = 0; c0 < n_pairs; c0 += AEV_CHUNK) {
-            const int cn = min(AEV_CHUNK, n_pairs - c0);
-            __syncthreads();
-            for (int e = threadIdx.x; e < cn; e += blockDim.x) {
-                int p = 0, rem = c0 + e;
-                while (rem >= na - 1 - p) rem -= na - 1 - p, p++;
-                int ja = s_ang[p], ka = s_ang[p + 1 + rem];
-                typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
-                real c = (u.x * v.x + u.y * v.y + u.z * v.z) / fmax(u.w * v.w, (real)1e-10);
-                g_theta[e] = dacos((real)0.95 * c);
-                g_avg[e] = (real)0.5 * (u.w + v.w);
-                g_fc[e] = cutoff_fn(u.w, P.Rca) * cutoff_fn(v.w, P.Rca);
-                g_sp[e] = P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]];
-            }
-            __syncthreads();
-            for (int e = 0; e < cn; e++) {
-                int sp = g_sp[e];
-                if (sp % 8 != warp) continue;
-                real x = g_avg[e] - shfA;
-                real term = (real)2 * dpow((real)0.5 * ((real)1 + dcos(g_theta[e] - shfZ)), zeta) * dexp(-etaA * x * x) * g_fc[e];
-#pragma unroll
-                for (int j = 0; j < AEV_SPW; j++)
-                    if (j == sp / 8) acc[j] += term;
-            }
+        real* mine = s_acc + warp * acc_stride;
+        int p = 0, rem = warp; /* pair e = (p, p + 1 + rem) over the angular list */
+        while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
+        for (int e = warp; e < n_pairs; e += nwarps) {
+            const int ja = s_ang[p], ka = s_ang[p + 1 + rem];
+            const typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
+            const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / fmax(u.w * v.w, (real)1e-10);
+            const real theta = dacos((real)0.95 * c), x = (real)0.5 * (u.w + v.w) - shfA;
+            const real fc = cutoff_fn(u.w, P.Rca) * cutoff_fn(v.w, P.Rca);
+            const int sp = P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]];
+            if (active)
+                mine[sp * P.angular_sub + t] += (real)2 * dpow((real)0.5 * ((real)1 + dcos(theta - shfZ)), zeta) * dexp(-etaA * x * x) * fc;
+            rem += nwarps;
+            while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
         }
-#pragma unroll
-        for (int j = 0; j < AEV_SPW; j++) {
-            int sp = warp + 8 * j;
-            if (active && sp < n_sp) out[P.radial_length + sp * P.angular_sub + t] = acc[j];
+        __syncthreads();
+        for (int f = threadIdx.x; f < acc_stride; f += blockDim.x) {
+            real sum = 0;
+            for (int w = 0; w < nwarps; w++) sum += s_acc[w * acc_stride + f];
+            out[P.radial_length + f] = sum;
         }
     } else {
         /* General parameter sets: one thread per angular feature, over all pairs in order. */
@@ -360,7 +350,7 @@ template <typename real> struct GemmJob {
     const real* bias;
     const real* aux;
     int m, n, k, lda, ldb, ldc, ldaux;
-    real* partial; /* split-K: ksplit × m × n partial sums, reduced in order by k_gemm_reduce */
+    real* partial; /* split-K: ksplit × m × n partial sums, added in order by splitk_fixup */
 };
 
 template <typename real> __device__ __forceinline__ real epilogue(int epi, const GemmJob<real>& job, int gr, int gc, real v) {
@@ -370,9 +360,44 @@ template <typename real> __device__ __forceinline__ real epilogue(int epi, const
     return v;
 }
 
+/*
+ * Split-K fix-up, at the end of every block of a split launch: the block that finishes a tile last
+ * (counted in `counter`, which it resets for the next launch) adds the tile's partial sums in part
+ * order and applies the epilogue, so the result does not depend on which block came last.
+ */
+template <typename real, int EPI>
+__device__ void splitk_fixup(const GemmJob<real>& job, int ksplit, int row0, int rows, int col0, int cols, int* counter) {
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == ksplit - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+        const int gr = row0 + e / cols, gc = col0 + e % cols;
+        if (gr >= job.m || gc >= job.n) continue;
+        const real* src = job.partial + (size_t)gr * job.n + gc;
+        const size_t part_stride = (size_t)job.m * job.n;
+        real v = 0;
+        int p = 0;
+        for (; p + 8 <= ksplit; p += 8) { /* 8 loads in flight, added in part order */
+            real t[8];
+#pragma unroll
+            for (int q = 0; q < 8; q++) t[q] = __ldcg(src + (p + q) * part_stride);
+#pragma unroll
+            for (int q = 0; q < 8; q++) v += t[q];
+        }
+        for (; p < ksplit; p++) v += __ldcg(src + p * part_stride);
+        job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, v);
+    }
+    if (threadIdx.x == 0) *counter = 0;
+}
+
 /* Split-K (small row counts, where one block per tile would walk a long k loop alone): block z
    = job·ksplit + part computes k in [part·kc, (part+1)·kc) into partial; k_gemm_reduce adds the
-   parts in order and applies the epilogue, so the result does not depend on scheduling. */
+   parts in order and applies the epilogue, so the result does not depend on scheduling. (Its 64×64
+   tiles of many parts are too much work for splitk_fixup's one block per tile.) */
 template <typename real, bool TRANS_B, int EPI>
 __global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ jobs, int ksplit) {
     const GemmJob<real> job = jobs[blockIdx.z / ksplit];
@@ -429,6 +454,17 @@ __global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ 
             if (ksplit > 1) job.partial[((size_t)part * job.m + gr) * job.n + gc] = acc[r][c];
             else job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, acc[r][c]);
         }
+    }
+}
+
+template <typename real, int EPI>
+__global__ void k_gemm_reduce(const GemmJob<real>* __restrict__ jobs, int ksplit) {
+    const GemmJob<real> job = jobs[blockIdx.y];
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < job.m * job.n; e += gridDim.x * blockDim.x) {
+        int gr = e / job.n, gc = e % job.n;
+        real v = 0;
+        for (int p = 0; p < ksplit; p++) v += job.partial[((size_t)p * job.m + gr) * job.n + gc];
+        job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, v);
     }
 }
 
@@ -510,82 +546,79 @@ __global__ void __launch_bounds__(256) k_gemm_big(const GemmJob<real>* __restric
     }
 }
 
-template <typename real, int EPI>
-__global__ void k_gemm_reduce(const GemmJob<real>* __restrict__ jobs, int ksplit) {
-    const GemmJob<real> job = jobs[blockIdx.y];
-    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < job.m * job.n; e += gridDim.x * blockDim.x) {
-        int gr = e / job.n, gc = e % job.n;
-        real v = 0;
-        for (int p = 0; p < ksplit; p++) v += job.partial[((size_t)p * job.m + gr) * job.n + gc];
-        job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, v);
-    }
-}
-
 /*
  * Few rows (m <= SKINNY_M, float32): the step after split-K for one or a few molecules. A block
- * covers 64 columns and one k-range for all m rows; the weights are read once, straight from global
- * memory (8 values per thread in flight, coalesced along k for TRANS_B and along n otherwise), the
- * activation rows from shared memory. The 4 partial sums of each output are added in a fixed order
- * (a shuffle tree, or shared memory), so the result does not depend on scheduling. Same grid (y = 1),
- * split-K partial layout and epilogue as k_gemm.
+ * covers 64 columns and one k-range (chunks of SKINNY_K) for all m rows; the weights are read once,
+ * straight from global memory, each thread's 16 values of a chunk requested before the activation
+ * rows are staged in shared memory (float4 loads along k for TRANS_B where aligned, coalesced along
+ * n otherwise). The 4 partial sums of each output are added in a fixed order (a shuffle tree, or
+ * shared memory), so the result does not depend on scheduling. Same grid (y = 1) and split-K
+ * partial layout as k_gemm; the last block of each column tile adds the parts (splitk_fixup).
  */
 #define SKINNY_M 32
+#define SKINNY_K 64
+#define SKINNY_LD (SKINNY_K + SKINNY_K / 16) /* one padding word per 16: the 4 k-quarters in distinct banks */
 template <bool TRANS_B, int EPI>
-__global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __restrict__ jobs, int ksplit) {
+__global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
     const int part = blockIdx.z % ksplit;
     const int kc = ((job.k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
     const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
     const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
     if (col0 >= job.n) return;
-    __shared__ float As[SKINNY_M][33];
+    __shared__ float As[SKINNY_M][SKINNY_LD];
     __shared__ float Red[TRANS_B ? 1 : 4][TRANS_B ? 1 : SKINNY_M][GEMM_TILE];
     const int t = threadIdx.x;
     const int tc = TRANS_B ? t / 4 : t % GEMM_TILE; /* column within the tile */
-    const int tg = TRANS_B ? t % 4 : t / GEMM_TILE; /* which quarter of each 32-wide k chunk */
+    const int tg = TRANS_B ? t % 4 : t / GEMM_TILE; /* which quarter of each k chunk */
     const int gc = col0 + tc;
+    const bool vec = TRANS_B && ((size_t)job.B % 16 == 0) && job.ldb % 4 == 0; /* kbegin is a multiple of 16 */
     float acc[SKINNY_M];
 #pragma unroll
     for (int r = 0; r < SKINNY_M; r++) acc[r] = 0.f;
-    for (int k0 = kbegin; k0 < kend; k0 += 32) {
-        __syncthreads();
-        for (int e = t; e < SKINNY_M * 32; e += 256) {
-            int r = e / 32, kk = e % 32, gk = k0 + kk;
-            As[r][kk] = (r < m && gk < kend) ? job.A[(size_t)r * job.lda + gk] : 0.f;
-        }
-        __syncthreads();
-        if (gc < job.n) {
-            float w[8];
-            if (TRANS_B) {
+    for (int k0 = kbegin; k0 < kend; k0 += SKINNY_K) {
+        float w[16];
+        if (TRANS_B) { /* k0 + tg·16 + i */
+            const float* src = job.B + (size_t)gc * job.ldb + k0 + tg * 16;
+            if (gc < job.n && vec && k0 + tg * 16 + 16 <= kend) {
 #pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    int gk = k0 + tg * 8 + i;
-                    w[i] = gk < kend ? job.B[(size_t)gc * job.ldb + gk] : 0.f;
+                for (int q = 0; q < 4; q++) {
+                    const float4 v = __ldg((const float4*)src + q);
+                    w[4 * q] = v.x, w[4 * q + 1] = v.y, w[4 * q + 2] = v.z, w[4 * q + 3] = v.w;
                 }
-#pragma unroll
-                for (int r = 0; r < SKINNY_M; r++)
-                    if (r < m) {
-                        float a = acc[r];
-#pragma unroll
-                        for (int i = 0; i < 8; i++) a += As[r][tg * 8 + i] * w[i];
-                        acc[r] = a;
-                    }
             } else {
 #pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    int gk = k0 + tg + 4 * i;
-                    w[i] = gk < kend ? job.B[(size_t)gk * job.ldb + gc] : 0.f;
-                }
+                for (int i = 0; i < 16; i++) w[i] = gc < job.n && k0 + tg * 16 + i < kend ? src[i] : 0.f;
+            }
+        } else { /* k0 + tg + 4·i */
 #pragma unroll
-                for (int r = 0; r < SKINNY_M; r++)
-                    if (r < m) {
-                        float a = acc[r];
-#pragma unroll
-                        for (int i = 0; i < 8; i++) a += As[r][tg + 4 * i] * w[i];
-                        acc[r] = a;
-                    }
+            for (int i = 0; i < 16; i++) {
+                const int gk = k0 + tg + 4 * i;
+                w[i] = gc < job.n && gk < kend ? job.B[(size_t)gk * job.ldb + gc] : 0.f;
             }
         }
+        __syncthreads();
+        for (int e = t; e < m * SKINNY_K; e += 256) {
+            const int r = e / SKINNY_K, kk = e % SKINNY_K, gk = k0 + kk;
+            As[r][kk + kk / 16] = gk < kend ? job.A[(size_t)r * job.lda + gk] : 0.f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < SKINNY_M; r++)
+            if (r < m) {
+                float a = acc[r];
+                if (TRANS_B) {
+#pragma unroll
+                    for (int i = 0; i < 16; i++) a += As[r][tg * 17 + i] * w[i];
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 16; i++) {
+                        const int kk = tg + 4 * i;
+                        a += As[r][kk + kk / 16] * w[i];
+                    }
+                }
+                acc[r] = a;
+            }
     }
     auto put = [&](int r, int c, float v) {
         int g = col0 + c;
@@ -613,6 +646,8 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
             put(r, c, ((Red[0][r][c] + Red[1][r][c]) + Red[2][r][c]) + Red[3][r][c]);
         }
     }
+    if (ksplit > 1)
+        splitk_fixup<float, EPI>(job, ksplit, 0, m, col0, GEMM_TILE, counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x);
 }
 
 /* Chooses the few-rows kernel where it applies (float32, m <= SKINNY_M; NNP_CUDA_SKINNY=0 turns it
@@ -623,29 +658,25 @@ static int skinny_enabled(void) {
     return enabled;
 }
 template <typename real> struct SkinnyGemm {
-    template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, int, int, cudaStream_t) { return false; }
+    template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, int, int, int*, cudaStream_t) { return false; }
     static void preload() {}
 };
 template <> struct SkinnyGemm<float> {
     template <bool TRANS_B, int EPI>
-    static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, cudaStream_t stream) {
+    static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, int* counters, cudaStream_t stream) {
         if (max_m > SKINNY_M || !skinny_enabled()) return false;
-        k_gemm_skinny<TRANS_B, EPI><<<dim3(grid.x, 1, grid.z), 256, 0, stream>>>(jobs, ksplit);
+        k_gemm_skinny<TRANS_B, EPI><<<dim3(grid.x, 1, grid.z), 256, 0, stream>>>(jobs, ksplit, counters);
         return true;
     }
-    static void preload() {
-        cudaFuncAttributes attr;
-        cudaFuncGetAttributes(&attr, k_gemm_skinny<true, EPI_BIAS_CELU>);
-        cudaFuncGetAttributes(&attr, k_gemm_skinny<false, EPI_DERIV>);
-        cudaFuncGetAttributes(&attr, k_gemm_skinny<false, EPI_NONE>);
-    }
+    static void preload();
 };
 
 /* ------------------------------------------------------------------ output layer */
 
 /* Per element: the last hidden layer's outputs Y (rows × members·width), output weights w_out
-   (members × width) and biases. One warp per row: e = Σ_m scale·(w_m·y_m + b_m); if forces, the
-   first backward step delta[row, m, :] = scale · w_m ⊙ celu'(y_m). */
+   (members × width) and biases. One block per row, one warp per member: e = Σ_m scale·(w_m·y_m +
+   b_m), the members added in order; if forces, the first backward step delta[row, m, :] = scale ·
+   w_m ⊙ celu'(y_m). */
 template <typename real> struct OutputJob {
     const real* Y;
     const real* w_out;
@@ -654,30 +685,32 @@ template <typename real> struct OutputJob {
     int row0, ldy, width, rows, pad;
 };
 
+#define OUTPUT_WARPS 8
 template <typename real>
-__global__ void k_output(const OutputJob<real>* __restrict__ jobs, int members, const int* __restrict__ all_row_atom,
-                         double scale, double* __restrict__ atom_energy, int with_forces) {
+__global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<real>* __restrict__ jobs, int members, const int* __restrict__ all_row_atom,
+                                                              double scale, double* __restrict__ atom_energy, int with_forces) {
     const OutputJob<real> job = jobs[blockIdx.y];
-    const real* Y = job.Y;
-    const real* w_out = job.w_out;
-    const real* b_out = job.b_out;
-    real* delta = job.delta;
-    const int ldy = job.ldy, width = job.width, rows = job.rows;
-    const int* row_atom = all_row_atom + job.row0;
-    int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-    if (warp >= rows) return;
-    const real* y = Y + (size_t)warp * ldy;
-    double e = 0;
-    for (int m = 0; m < members; m++) {
+    const int row = blockIdx.x;
+    if (row >= job.rows) return;
+    __shared__ double s_e[NNP_MAX_MEMBERS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32, width = job.width;
+    const real* y = job.Y + (size_t)row * job.ldy;
+    for (int m = warp; m < members; m += nwarps) {
+        const real* w = job.w_out + m * width;
         real partial = 0;
-        for (int k = lane; k < width; k += 32) partial += w_out[m * width + k] * y[m * width + k];
+        for (int k = lane; k < width; k += 32) partial += w[k] * y[m * width + k];
         for (int off = 16; off > 0; off >>= 1) partial += __shfl_down_sync(0xffffffffu, partial, off);
-        if (lane == 0) e += scale * ((double)partial + (double)b_out[m]);
+        if (lane == 0) s_e[m] = scale * ((double)partial + (double)job.b_out[m]);
         if (with_forces)
             for (int k = lane; k < width; k += 32)
-                delta[(size_t)warp * ldy + m * width + k] = (real)scale * w_out[m * width + k] * celu_deriv_from_output(y[m * width + k]);
+                job.delta[(size_t)row * job.ldy + m * width + k] = (real)scale * w[k] * celu_deriv_from_output(y[m * width + k]);
     }
-    if (lane == 0) atom_energy[row_atom[warp]] = e;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double e = 0;
+        for (int m = 0; m < members; m++) e += s_e[m];
+        atom_energy[all_row_atom[job.row0 + row]] = e;
+    }
 }
 
 /* ------------------------------------------------------------------ AEV backward */
@@ -772,47 +805,144 @@ __global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(const AevParams<re
         if (fsum[c] != 0) add_fixed(&forces[fi + c * stride], fsum[c] * unit);
 }
 
-/* ------------------------------------------------------------------ per-batch reduction */
-
-/* One warp per batch, atoms in batch order, a fixed reduction tree: deterministic. */
-__global__ void k_batch_energies(const double* __restrict__ atom_energy, const double* __restrict__ self_energy,
-                                 const int* __restrict__ batch_start, const int* __restrict__ batch_atoms, int n_batches,
-                                 double unit, double* __restrict__ batch_energy) {
-    int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-    if (warp >= n_batches) return;
-    double sum = 0;
-    for (int q = batch_start[warp] + lane; q < batch_start[warp + 1]; q += 32) {
-        int a = batch_atoms[q];
-        sum += atom_energy[a] + self_energy[a];
+/*
+ * The same forces for few atoms, where one block per atom would leave most of the GPU idle: each
+ * atom is spread over gridDim.y blocks, and its angular pairs over all their warps (warp per pair,
+ * lane per term, the three derivative sums added by a butterfly over the lanes). Needs
+ * angular_sub <= 32. The fixed-point force sums do not depend on the order of the additions, and
+ * each contribution is formed the same way on every run, so the result is deterministic.
+ */
+template <typename real>
+__global__ void __launch_bounds__(AEV_THREADS) k_aev_backward_split(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
+                                                                    const int* __restrict__ count, const int* __restrict__ nbr_index,
+                                                                    const typename real4_of<real>::type* __restrict__ nbr_vec,
+                                                                    const int* __restrict__ element, const real* __restrict__ daev,
+                                                                    int ld, const int* __restrict__ force_index,
+                                                                    unsigned long long* __restrict__ forces, long long stride,
+                                                                    double unit) {
+    extern __shared__ unsigned char smem[];
+    typename real4_of<real>::type* s_vec = (typename real4_of<real>::type*)smem;
+    int* s_el = (int*)(s_vec + capacity);
+    int* s_ang = s_el + capacity;
+    __shared__ int s_nang, s_scan[AEV_THREADS / 32];
+    __shared__ AevParams<real> P;
+    load_params(params, P);
+    int row = blockIdx.x, i = row_atom[row];
+    int nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rca, s_vec, s_el, s_ang, &s_nang, s_scan);
+    int na = s_nang;
+    const real* g = daev + (size_t)row * ld;
+    const int* nbr = nbr_index + (size_t)i * capacity;
+    const int fi = force_index[i], slice = blockIdx.y, slices = gridDim.y;
+    double fsum[3] = {0, 0, 0};
+    for (int a = slice * blockDim.x + threadIdx.x; a < nn; a += slices * blockDim.x) {
+        real d = s_vec[a].w, fc = cutoff_fn(d, P.Rcr), dfc = cutoff_deriv(d, P.Rcr);
+        const real* gr = g + s_el[a] * P.radial_sub;
+        real s_d = 0;
+        for (int t = 0; t < P.radial_sub; t++) {
+            real eta = P.EtaR[t / P.nShfR], x = d - P.ShfR[t % P.nShfR];
+            s_d += gr[t] * (real)0.25 * dexp(-eta * x * x) * ((real)-2 * eta * x * fc + dfc);
+        }
+        double f[3] = {(double)(s_d * s_vec[a].x / d), (double)(s_d * s_vec[a].y / d), (double)(s_d * s_vec[a].z / d)};
+        int fj = force_index[nbr[a]];
+        for (int c = 0; c < 3; c++) {
+            add_fixed(&forces[fj + c * stride], -f[c] * unit);
+            fsum[c] += f[c];
+        }
     }
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
-    if (lane == 0) batch_energy[warp] = sum * unit;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+    const bool active = lane < P.angular_sub;
+    const int t = active ? lane : 0;
+    const int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
+              ea = t / (P.nShfZ * P.nShfA * P.nZeta);
+    const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz];
+    const int n_pairs = na * (na - 1) / 2, step = slices * nwarps, first = slice * nwarps + warp;
+    double f_center = 0; /* lane k < 3: component k of the central atom's angular part */
+    int p = 0, rem = first;
+    while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
+    for (int e = first; e < n_pairs; e += step) {
+        const int ja = s_ang[p], ka = s_ang[p + 1 + rem];
+        const typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
+        const real dj = u.w, dk = v.w, denom = fmax(dj * dk, (real)1e-10);
+        const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
+        const real theta = dacos((real)0.95 * c);
+        const real fj = cutoff_fn(dj, P.Rca), fk = cutoff_fn(dk, P.Rca);
+        const real dfj = cutoff_deriv(dj, P.Rca), dfk = cutoff_deriv(dk, P.Rca);
+        real s_theta = 0, s_dj = 0, s_dk = 0;
+        if (active) {
+            const real w = g[P.radial_length + P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]] * P.angular_sub + t];
+            const real x = (real)0.5 * (dj + dk) - shfA;
+            const real f2 = dexp(-etaA * x * x), df2 = f2 * ((real)-2 * etaA * x) * (real)0.5;
+            const real base = (real)0.5 * ((real)1 + dcos(theta - shfZ));
+            const real f1 = dpow(base, zeta);
+            const real df1 = zeta * dpow(base, zeta - (real)1) * ((real)-0.5 * dsin(theta - shfZ));
+            s_theta = w * (real)2 * df1 * f2 * fj * fk;
+            s_dj = w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
+            s_dk = w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            s_theta += __shfl_xor_sync(0xffffffffu, s_theta, off);
+            s_dj += __shfl_xor_sync(0xffffffffu, s_dj, off);
+            s_dk += __shfl_xor_sync(0xffffffffu, s_dk, off);
+        }
+        if (lane < 3) {
+            const real s_c = s_theta * ((real)-0.95 / dsqrt((real)1 - (real)0.9025 * c * c));
+            const real uk = lane == 0 ? u.x : lane == 1 ? u.y : u.z, vk = lane == 0 ? v.x : lane == 1 ? v.y : v.z;
+            const real dc_du = vk / denom - c * uk / (dj * dj), dc_dv = uk / denom - c * vk / (dk * dk);
+            const double gu = (double)(s_dj * uk / dj + s_c * dc_du), gv = (double)(s_dk * vk / dk + s_c * dc_dv);
+            add_fixed(&forces[force_index[nbr[ja]] + lane * stride], -gu * unit);
+            add_fixed(&forces[force_index[nbr[ka]] + lane * stride], -gv * unit);
+            f_center += gu + gv;
+        }
+        rem += step;
+        while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
+    }
+    if (lane < 3) fsum[0] += lane == 0 ? f_center : 0, fsum[1] += lane == 1 ? f_center : 0, fsum[2] += lane == 2 ? f_center : 0;
+    for (int c = 0; c < 3; c++)
+        if (fsum[c] != 0) add_fixed(&forces[fi + c * stride], fsum[c] * unit);
 }
 
-/* The total: one block, fixed order; added to the caller's energy (float or double). */
-__global__ void k_total_energy(const double* __restrict__ batch_energy, int n_batches, void* energy, int energy_is_double,
-                               double* total_out, int* flags) {
-    __shared__ double s[256];
+/* ------------------------------------------------------------------ per-batch reduction */
+
+/*
+ * The end of an evaluation, one block: per-batch energies (one warp per batch, atoms in batch order,
+ * a fixed reduction tree), their total (fixed order) added to the caller's energy (float or double),
+ * then the evaluation's flags copied to flags[4..7] (which the host downloads) and cleared.
+ */
+#define FINISH_THREADS 1024
+__global__ void __launch_bounds__(FINISH_THREADS) k_finish(const double* __restrict__ atom_energy, const double* __restrict__ self_energy,
+                                                           const int* __restrict__ batch_start, const int* __restrict__ batch_atoms,
+                                                           int n_batches, double unit, double* __restrict__ batch_energy, void* energy,
+                                                           int energy_is_double, double* total_out, int* flags) {
+    __shared__ double s[FINISH_THREADS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int b = warp; b < n_batches; b += FINISH_THREADS / 32) {
+        double sum = 0;
+        for (int q = batch_start[b] + lane; q < batch_start[b + 1]; q += 32) {
+            int a = batch_atoms[q];
+            sum += atom_energy[a] + self_energy[a];
+        }
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
+        if (lane == 0) batch_energy[b] = sum * unit;
+    }
+    __syncthreads();
     double sum = 0;
-    for (int b = threadIdx.x; b < n_batches; b += blockDim.x) sum += batch_energy[b];
+    for (int b = threadIdx.x; b < n_batches; b += FINISH_THREADS) sum += batch_energy[b];
     s[threadIdx.x] = sum;
     __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    for (int w = FINISH_THREADS / 2; w > 0; w >>= 1) {
         if ((int)threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
         __syncthreads();
     }
     if (threadIdx.x == 0) {
         *total_out = s[0];
-        if (!isfinite(s[0])) flags[3] = 1;
         if (energy != NULL) {
             if (energy_is_double) *(double*)energy += s[0];
             else *(float*)energy += (float)s[0];
         }
+        flags[4] = flags[0], flags[5] = flags[1], flags[6] = flags[2], flags[7] = !isfinite(s[0]);
+        flags[0] = 0x7fffffff, flags[1] = 0, flags[2] = 0;
     }
-}
-
-__global__ void k_reset_flags(int* flags) {
-    flags[0] = 0x7fffffff, flags[1] = 0, flags[2] = 0, flags[3] = 0;
 }
 
 /* Plain output: fixed-point [3][n] → n×3 doubles. The plan's own buffer uses 2^-48 steps
@@ -887,6 +1017,9 @@ struct nnp_cuda_state {
     int fwd_mn[NNP_MAX_LAYERS], bwd_mn[NNP_MAX_LAYERS]; /* largest m·n of a launch's jobs */
     int fwd_m[NNP_MAX_LAYERS], bwd_m[NNP_MAX_LAYERS];   /* largest m of a launch's jobs */
     void* partial;    /* split-K workspace, shared by the launches (they run in order) */
+    int* counters;    /* split-K tile counters (zero between launches), shared likewise */
+    int aev_acc_stride, bwd_slices; /* AEV kernels' shapes (see k_aev, k_aev_backward_split) */
+    size_t aev_shmem, bwd_shmem;
     int* host_flags; /* pinned: flags of the latest evaluation, copied asynchronously */
     /* stage timing (NNP_CUDA_PROFILE=1, evaluations outside capture only) */
     cudaEvent_t events[NNP_CUDA_STAGES + 1];
@@ -894,13 +1027,13 @@ struct nnp_cuda_state {
     double stage_us[NNP_CUDA_STAGES];
 };
 
-static const int FLAG_CLEAR[4] = {0x7fffffff, 0, 0, 0};
+static const int FLAG_CLEAR[8] = {0x7fffffff, 0, 0, 0, 0x7fffffff, 0, 0, 0};
 
 static void free_state(nnp_cuda_state* s) {
     if (s == NULL) return;
     CUcontext previous = NULL;
     int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
-    void* ptrs[] = {s->partial, s->aev_params, s->out_jobs, s->particle, s->identity, s->element, s->atom_batch, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
+    void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->particle, s->identity, s->element, s->atom_batch, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
                     s->force_index, s->count, s->nbr_index, s->flags, s->xyz, s->nbr_vec, s->aev, s->daev, s->weights,
                     s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
@@ -921,27 +1054,55 @@ extern "C" int nnp_cuda_available(void) {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-template <typename real> static void preload() {
-    cudaFuncAttributes attr;
-    cudaFuncGetAttributes(&attr, k_inverse_order);
-    cudaFuncGetAttributes(&attr, k_gather<real>);
-    cudaFuncGetAttributes(&attr, k_neighbors<real>);
-    cudaFuncGetAttributes(&attr, k_aev<real>);
-    cudaFuncGetAttributes(&attr, k_gemm<real, true, EPI_BIAS_CELU>);
-    cudaFuncGetAttributes(&attr, k_gemm<real, false, EPI_DERIV>);
-    cudaFuncGetAttributes(&attr, k_gemm<real, false, EPI_NONE>);
-    cudaFuncGetAttributes(&attr, k_gemm_big<real, true, EPI_BIAS_CELU>);
-    cudaFuncGetAttributes(&attr, k_gemm_big<real, false, EPI_DERIV>);
-    cudaFuncGetAttributes(&attr, k_gemm_big<real, false, EPI_NONE>);
-    cudaFuncGetAttributes(&attr, k_gemm_reduce<real, EPI_BIAS_CELU>);
-    cudaFuncGetAttributes(&attr, k_gemm_reduce<real, EPI_DERIV>);
-    cudaFuncGetAttributes(&attr, k_gemm_reduce<real, EPI_NONE>);
-    cudaFuncGetAttributes(&attr, k_output<real>);
-    cudaFuncGetAttributes(&attr, k_aev_backward<real>);
-    cudaFuncGetAttributes(&attr, k_batch_energies);
-    cudaFuncGetAttributes(&attr, k_total_energy);
-    cudaFuncGetAttributes(&attr, k_fixed_to_xyz);
-    cudaFuncGetAttributes(&attr, k_reset_flags);
+/*
+ * Loads every kernel now (module loading is not allowed while capturing) and sets each one's
+ * shared-memory carveout to what its resident blocks need, leaving the rest of the SM's memory to
+ * L1: the context may prefer shared memory (OpenMM's does), which costs the GEMMs about a third of
+ * their speed through L1 misses. Kernels with more than 48 KB of dynamic shared memory get it
+ * allowed here.
+ */
+template <typename K> static void configure_kernel(K* kernel, int threads, size_t dynamic_smem) {
+    cudaFuncAttributes a;
+    if (cudaFuncGetAttributes(&a, kernel) != cudaSuccess) return;
+    if (dynamic_smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dynamic_smem);
+    int device = 0, smem_sm = 0, regs_sm = 0, threads_sm = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+    cudaDeviceGetAttribute(&regs_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device);
+    cudaDeviceGetAttribute(&threads_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device);
+    if (smem_sm <= 0 || regs_sm <= 0 || threads_sm <= 0) return;
+    const int warps = (threads + 31) / 32, regs_per_warp = (max(a.numRegs, 1) * 32 + 255) / 256 * 256;
+    const int blocks = max(1, min(min(regs_sm / (regs_per_warp * warps), threads_sm / (warps * 32)), 32));
+    const size_t need = (size_t)blocks * (a.sharedSizeBytes + dynamic_smem + 1024);
+    const int percent = (int)min((size_t)100, (need * 100 + smem_sm - 1) / smem_sm);
+    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
+}
+
+void SkinnyGemm<float>::preload() {
+    configure_kernel(k_gemm_skinny<true, EPI_BIAS_CELU>, 256, 0);
+    configure_kernel(k_gemm_skinny<false, EPI_DERIV>, 256, 0);
+    configure_kernel(k_gemm_skinny<false, EPI_NONE>, 256, 0);
+}
+
+template <typename real> static void preload(const nnp_cuda_state* s) {
+    configure_kernel(k_inverse_order, 256, 0);
+    configure_kernel(k_gather<real>, 128, 0);
+    configure_kernel(k_neighbors<real>, 128, 0);
+    configure_kernel(k_aev<real>, AEV_THREADS, s->aev_shmem);
+    configure_kernel(k_gemm<real, true, EPI_BIAS_CELU>, 256, 0);
+    configure_kernel(k_gemm<real, false, EPI_DERIV>, 256, 0);
+    configure_kernel(k_gemm<real, false, EPI_NONE>, 256, 0);
+    configure_kernel(k_gemm_big<real, true, EPI_BIAS_CELU>, 256, 0);
+    configure_kernel(k_gemm_big<real, false, EPI_DERIV>, 256, 0);
+    configure_kernel(k_gemm_big<real, false, EPI_NONE>, 256, 0);
+    configure_kernel(k_gemm_reduce<real, EPI_BIAS_CELU>, 256, 0);
+    configure_kernel(k_gemm_reduce<real, EPI_DERIV>, 256, 0);
+    configure_kernel(k_gemm_reduce<real, EPI_NONE>, 256, 0);
+    configure_kernel(k_output<real>, 32 * OUTPUT_WARPS, 0);
+    configure_kernel(k_aev_backward<real>, BWD_THREADS, s->bwd_shmem);
+    configure_kernel(k_aev_backward_split<real>, AEV_THREADS, s->bwd_shmem);
+    configure_kernel(k_finish, FINISH_THREADS, 0);
+    configure_kernel(k_fixed_to_xyz, 128, 0);
     SkinnyGemm<real>::preload();
 }
 
@@ -1065,7 +1226,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     TRY_ALLOC(s->force_index, sizeof(int) * n);
     TRY_ALLOC(s->count, sizeof(int) * n);
     TRY_ALLOC(s->nbr_index, sizeof(int) * n * cap);
-    TRY_ALLOC(s->flags, sizeof(int) * 4);
+    TRY_ALLOC(s->flags, sizeof(int) * 8);
     TRY_ALLOC(s->xyz, 4 * rs * n);
     TRY_ALLOC(s->nbr_vec, 4 * rs * n * cap);
     TRY_ALLOC(s->aev, rs * n * A);
@@ -1152,7 +1313,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     int split_k = 32, split_k_skinny = 64, split_max = 64;
     if (getenv("NNP_CUDA_SPLIT_K")) split_k = split_k_skinny = max(GEMM_K, atoi(getenv("NNP_CUDA_SPLIT_K")));
     if (getenv("NNP_CUDA_SPLIT_MAX")) split_max = max(1, atoi(getenv("NNP_CUDA_SPLIT_MAX")));
-    size_t partial_size = 0;
+    size_t partial_size = 0, n_counters = 1;
     size_t* partial_at = (size_t*)malloc(sizeof(size_t) * (nj + 1));
     for (size_t j = 0; j < nj; j++) partial_at[j] = (size_t)-1;
     for (int pass = 0; pass < 2; pass++)
@@ -1165,8 +1326,10 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
                 max_k = max(max_k, jobs[j0 + j].k);
                 max_mn = max(max_mn, jobs[j0 + j].m * jobs[j0 + j].n);
             }
-            int per_part = sizeof(real) == 4 && max_m <= SKINNY_M && skinny_enabled() ? split_k_skinny : split_k;
-            int ksplit = max_m <= 256 ? max(1, min(split_max, max_k / per_part)) : 1;
+            const bool skinny = sizeof(real) == 4 && max_m <= SKINNY_M && skinny_enabled();
+            const int per_part = skinny ? split_k_skinny : split_k;
+            /* the few-rows kernel works in chunks of SKINNY_K: parts of whole chunks where possible */
+            int ksplit = max_m <= 256 ? max(1, min(split_max, skinny ? (max_k + per_part - 1) / per_part : max_k / per_part)) : 1;
             while (ksplit > 1 && (size_t)ksplit * max_mn * count > ((size_t)1 << 24)) ksplit /= 2;
             size_t offset = 0;
             for (int j = 0; ksplit > 1 && j < count; j++) {
@@ -1179,8 +1342,30 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
             (pass ? s->bwd_m : s->fwd_m)[h] = max_m;
             dim3& grid = (pass ? s->bwd_grid : s->fwd_grid)[h];
             grid.z = count * ksplit;
+            n_counters = max(n_counters, (size_t)count * grid.x * grid.y);
         }
     TRY_ALLOC(s->partial, sizeof(real) * partial_size);
+    TRY_ALLOC(s->counters, sizeof(int) * n_counters);
+    if (st == NNP_OK && cudaMemset(s->counters, 0, sizeof(int) * n_counters) != cudaSuccess)
+        st = nnp_fail(NNP_ERR_CUDA, "clearing GPU memory failed");
+    /* AEV kernels: the pair-parallel angular path where its per-warp accumulators fit in shared
+       memory; few atoms are spread over several blocks each in the backward pass (about 4 blocks
+       per SM in all, at most 16 per atom). */
+    {
+        int device = 0, sms = 1, optin = 48 * 1024;
+        cudaGetDevice(&device);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        const size_t base = (size_t)s->capacity * (4 * sizeof(real) + 2 * sizeof(int));
+        const int stride = m->aev_length - m->radial_length;
+        const size_t acc = (size_t)(AEV_THREADS / 32) * stride * sizeof(real);
+        const size_t static_smem = sizeof(AevParams<real>) + 1024;
+        s->aev_acc_stride = m->angular_sub <= 32 && base + acc + static_smem <= (size_t)optin ? stride : 0;
+        s->aev_shmem = base + (s->aev_acc_stride > 0 ? acc : 0);
+        s->bwd_shmem = base;
+        s->bwd_slices = m->angular_sub <= 32 && n > 0 ? min(16, (4 * sms) / n) : 1;
+        if (s->bwd_slices < 2) s->bwd_slices = 1;
+    }
     for (size_t j = 0; st == NNP_OK && j < nj; j++)
         if (partial_at[j] != (size_t)-1) jobs[j].partial = (real*)s->partial + partial_at[j];
     free(partial_at);
@@ -1222,33 +1407,24 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
 #undef UPLOAD
         if (err == cudaSuccess) err = cudaMemset(s->batch_energy, 0, sizeof(double) * (plan->n_batches + 1));
         if (err != cudaSuccess) st = nnp_fail(NNP_ERR_CUDA, "uploading the plan to the GPU failed: %s", cudaGetErrorString(err));
-        else memcpy(s->host_flags, FLAG_CLEAR, sizeof(FLAG_CLEAR));
+        else memcpy(s->host_flags, FLAG_CLEAR, sizeof(int) * 4);
     }
 #undef TRY_ALLOC
     free(row_atom), free(self), free(particle), free(identity), free(w), free(jobs);
-    if (st == NNP_OK) preload<real>();
+    if (st == NNP_OK) preload<real>(s);
     return st;
 }
 
 template <typename real, bool TRANS_B, int EPI>
-static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, int max_m, cudaStream_t stream) {
-    if (SkinnyGemm<real>::template run<TRANS_B, EPI>(jobs, grid, ksplit, max_m, stream)) {
-        if (ksplit > 1) {
-            int blocks = min(1024, (max_mn + 255) / 256);
-            k_gemm_reduce<real, EPI><<<dim3(blocks, grid.z / ksplit), 256, 0, stream>>>(jobs, ksplit);
-        }
-        return;
-    }
+static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, int max_m, int* counters, cudaStream_t stream) {
+    if (SkinnyGemm<real>::template run<TRANS_B, EPI>(jobs, grid, ksplit, max_m, counters, stream)) return;
     if (ksplit == 1) { /* many rows: the 128×128 kernel (grid given in 64-wide tiles) */
         dim3 big((grid.x + 1) / 2, (grid.y + 1) / 2, grid.z);
         k_gemm_big<real, TRANS_B, EPI><<<big, 256, 0, stream>>>(jobs);
         return;
     }
     k_gemm<real, TRANS_B, EPI><<<grid, 256, 0, stream>>>(jobs, ksplit);
-    if (ksplit > 1) {
-        int blocks = min(1024, (max_mn + 255) / 256);
-        k_gemm_reduce<real, EPI><<<dim3(blocks, grid.z / ksplit), 256, 0, stream>>>(jobs, ksplit);
-    }
+    k_gemm_reduce<real, EPI><<<dim3(min(1024, (max_mn + 255) / 256), grid.z / ksplit), 256, 0, stream>>>(jobs, ksplit);
 }
 
 template <typename real>
@@ -1276,22 +1452,21 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                                                                      s->batch_atoms, n, (real)(m->aev.Rcr * m->aev.Rcr), box,
                                                                      s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec, s->flags);
         MARK();
-        size_t shmem = (size_t)s->capacity * (sizeof(real4) + 2 * sizeof(int));
-        k_aev<real><<<n, AEV_THREADS, shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec,
-                                                       s->element, (real*)s->aev, (int)A);
+        k_aev<real><<<n, AEV_THREADS, s->aev_shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec,
+                                                              s->element, (real*)s->aev, (int)A, s->aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
         for (int h = 0; h < s->n_hidden; h++)
-            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], stream);
+            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->counters, stream);
         MARK();
         const double scale = 1.0 / M;
-        k_output<real><<<dim3((s->max_rows * 32 + 127) / 128, s->n_out_jobs), 128, 0, stream>>>(
+        k_output<real><<<dim3(s->max_rows, s->n_out_jobs), 32 * min(M, OUTPUT_WARPS), 0, stream>>>(
             (const OutputJob<real>*)s->out_jobs, M, s->row_atom, scale, s->atom_energy, with_forces);
         MARK();
         if (with_forces) {
             for (int h = s->n_hidden - 1; h >= 1; h--)
-                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], stream);
-            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], stream);
+                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->counters, stream);
+            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->counters, stream);
             MARK();
             unsigned long long* target;
             const int* findex;
@@ -1308,23 +1483,25 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                 findex = s->identity;
                 force_unit *= PLAIN_FIXED_EXTRA;
             }
-            k_aev_backward<real><<<n, BWD_THREADS, shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index,
-                                                                    (real4*)s->nbr_vec, s->element, (real*)s->daev, (int)A,
-                                                                    findex, target, stride, force_unit);
+            if (s->bwd_slices > 1)
+                k_aev_backward_split<real><<<dim3(n, s->bwd_slices), AEV_THREADS, s->bwd_shmem, stream>>>(
+                    P, s->row_atom, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec, s->element, (real*)s->daev, (int)A,
+                    findex, target, stride, force_unit);
+            else
+                k_aev_backward<real><<<n, BWD_THREADS, s->bwd_shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index,
+                                                                               (real4*)s->nbr_vec, s->element, (real*)s->daev, (int)A,
+                                                                               findex, target, stride, force_unit);
             if (io->forces_format == NNP_FORCES_XYZ_DOUBLE)
                 k_fixed_to_xyz<<<(n + 127) / 128, 128, 0, stream>>>(s->fixed, n, (double*)io->forces);
             MARK();
         }
     }
     while (profile && stage < NNP_CUDA_STAGES) MARK(); /* stages skipped (no atoms or no forces) take no time */
-    if (s->n_batches > 0)
-        k_batch_energies<<<(s->n_batches * 32 + 127) / 128, 128, 0, stream>>>(s->atom_energy, s->self_energy, s->batch_start,
-                                                                              s->batch_atoms, s->n_batches, eunit, s->batch_energy);
-    k_total_energy<<<1, 256, 0, stream>>>(s->batch_energy, s->n_batches, io->energy, io->energy_is_double, s->total, s->flags);
+    k_finish<<<1, FINISH_THREADS, 0, stream>>>(s->atom_energy, s->self_energy, s->batch_start, s->batch_atoms, s->n_batches, eunit,
+                                               s->batch_energy, io->energy, io->energy_is_double, s->total, s->flags);
     MARK();
 #undef MARK
-    cudaMemcpyAsync(s->host_flags, s->flags, sizeof(int) * 4, cudaMemcpyDeviceToHost, stream);
-    k_reset_flags<<<1, 1, 0, stream>>>(s->flags);
+    cudaMemcpyAsync(s->host_flags, s->flags + 4, sizeof(int) * 4, cudaMemcpyDeviceToHost, stream);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
         return nnp_fail(NNP_ERR_CUDA, "launching the CUDA evaluation failed: %s", cudaGetErrorString(err));
@@ -1347,7 +1524,7 @@ static nnp_status capture_state(cudaStream_t stream, int* capturing) {
 static nnp_status check_flags(nnp_plan* plan, nnp_cuda_state* s) {
     int f[4];
     memcpy(f, s->host_flags, sizeof f);
-    memcpy(s->host_flags, FLAG_CLEAR, sizeof FLAG_CLEAR);
+    memcpy(s->host_flags, FLAG_CLEAR, sizeof(int) * 4);
     if (f[0] != 0x7fffffff)
         return nnp_fail(NNP_ERR_NONFINITE, "a coordinate of atom %d is not finite (NaN or infinite) in a recent CUDA evaluation",
                         f[0]);
