@@ -56,7 +56,10 @@ PY
       quick=""; [ "$tool" = racecheck ] && quick=1   # racecheck is slow: one comparison, not the whole test
       env ${quick:+NNP_TEST_QUICK=1} timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-$tool.log" 2>&1
       echo "compute-sanitizer $tool on test_cuda: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -n 1))"
-    done ;;
+    done
+    # The many-rows GEMM runs only on the large systems of the whole test: racecheck that kernel there.
+    timeout 300 compute-sanitizer --tool racecheck --kernel-name kns=k_gemm_big --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-racecheck-big.log" 2>&1
+    echo "compute-sanitizer racecheck (k_gemm_big*) on test_cuda: exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-big.log" | tail -n 1))" ;;
   sanitize-integrators)
     # The integrators' test (graphs of OpenMM's kernels and ours), without statistics and drift.
     # racecheck (shared-memory hazards) on the integrators' own kernels; libnnp's kernels have their
@@ -73,20 +76,11 @@ PY
       echo "  exit $?"; grep -vE "^  ok:" "$out/integrators-$p.log" | tail -n 80
     done ;;
   profile)
-    # Nsight Compute on the one-molecule case: the AEV kernel and a GEMM (needs hardware counters).
-    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 240 ncu --clock-control none --kernel-name regex:"k_aev|k_gemm" --launch-skip 20 --launch-count 3 \
-      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    # Nsight Compute on the one-molecule case: the AEV kernels and the few-rows GEMM (needs hardware counters).
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 240 ncu --clock-control none --kernel-name regex:"${PROFILE_KERNELS:-k_aev|k_gemm_skinny}" --launch-skip 8 --launch-count 5 \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
       "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
-    echo "ncu: exit $?"; grep -E "k_aev|k_gemm|Duration|Registers Per|Achieved Occupancy|Stall|Theoretical Occ|Local" "$out/ncu.txt" | head -n 40 ;;
-  kernels)
-    # Per-kernel GPU time (Nsight Compute, one metric, caches and clocks left alone) over the first
-    # launches of bench_nnp for each size in BENCH_SIZES: context set-up, then eager MD steps.
-    for n in ${BENCH_SIZES:-1 837}; do
-      OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 280 ncu --clock-control none --cache-control none \
-        --metrics gpu__time_duration.sum --launch-count ${KERNEL_COUNT:-300} --csv \
-        "$root/build-gpu/bench/bench_nnp" "$d/shared" "$n" > "$out/kernels-$n.csv" 2> "$out/kernels-$n.err"
-      echo "ncu kernels, $n molecules: exit $? ($(grep -c gpu__time_duration "$out/kernels-$n.csv") kernels)"
-    done ;;
+    echo "ncu: exit $?"; grep -E "^  [a-z_]+.*\(|Duration|Elapsed Cycles|SM Frequency|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp Per|No Eligible|Stall|Local" "$out/ncu.txt" | head -n 80 ;;
   bench-integrators)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_integrators" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench-integrators.txt" ;;
   bench)

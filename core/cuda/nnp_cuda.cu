@@ -28,7 +28,8 @@
 #define NNP_CUDA_MAX_NEIGHBORS 512 /* per atom, for batches larger than this plus one */
 #define NNP_PI_F 3.14159265358979323846
 #define NNP_CUDA_STAGES 7 /* positions+neighbours, AEV, forward, output, backward, forces, batch sums */
-#define AEV_THREADS 256
+#define AEV_THREADS 256      /* AEV kernels' block size, */
+#define AEV_MAX_THREADS 1024 /* and k_aev's for few atoms (more warps share each atom's pairs) */
 #define BWD_THREADS 128
 #define GEMM_TILE 64
 #define GEMM_K 16
@@ -242,7 +243,7 @@ template <typename real> __device__ void load_params(const AevParams<real>* __re
 /* AEVs, one block per atom (rows in element order). acc_stride > 0 selects the pair-parallel
    angular path and is the length of each warp's accumulator row in the dynamic shared memory. */
 template <typename real>
-__global__ void __launch_bounds__(AEV_THREADS) k_aev(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
+__global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
                                                      const int* __restrict__ count, const int* __restrict__ nbr_index,
                                                      const typename real4_of<real>::type* __restrict__ nbr_vec,
                                                      const int* __restrict__ element, real* __restrict__ aev, int ld,
@@ -251,7 +252,7 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev(const AevParams<real>* __re
     typename real4_of<real>::type* s_vec = (typename real4_of<real>::type*)smem;
     int* s_el = (int*)(s_vec + capacity);
     int* s_ang = s_el + capacity;
-    __shared__ int s_nang, s_scan[AEV_THREADS / 32];
+    __shared__ int s_nang, s_scan[AEV_MAX_THREADS / 32];
     __shared__ AevParams<real> P;
     load_params(params, P);
     int row = blockIdx.x, i = row_atom[row];
@@ -272,8 +273,8 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev(const AevParams<real>* __re
     const int n_pairs = na * (na - 1) / 2;
     if (acc_stride > 0) {
         /* Angular features, pair-parallel (acc_stride = element pairs × angular_sub, angular_sub <= 32):
-           warp w takes the pairs w, w + 8, ... in order, lane t the term t, and adds each term to the
-           warp's own accumulator row in shared memory; the 8 rows are then added in warp order. The
+           warp w of W takes the pairs w, w + W, ... in order, lane t the term t, and adds each term to
+           the warp's own accumulator row in shared memory; the W rows are then added in warp order. The
            pairs each warp sees and the order of every sum are fixed, so the result is the same on
            every run. */
         real* s_acc = (real*)(s_ang + capacity);
@@ -547,6 +548,86 @@ __global__ void __launch_bounds__(256) k_gemm_big(const GemmJob<real>* __restric
 }
 
 /*
+ * The many-rows product in float32 where every operand is 16-byte aligned with leading dimensions
+ * that are multiples of 4 (checked on the host; k_gemm_big otherwise): the same 128×128 tiles and
+ * 8×8 results per thread, with float4 global and shared-memory loads and two shared buffers, the
+ * next k-step's tiles loaded into registers while the current one is multiplied (one barrier per
+ * k-step). Sums in k order, as in k_gemm_big, so both give the same bits.
+ */
+#define BIG_LD (BIG_TILE + 4) /* padded rows: the transposed stores of the two k-halves in distinct banks */
+template <bool TRANS_B, int EPI>
+__global__ void __launch_bounds__(256, 2) k_gemm_big4(const GemmJob<float>* __restrict__ jobs) {
+    const GemmJob<float> job = jobs[blockIdx.z];
+    const int row0 = blockIdx.y * BIG_TILE, col0 = blockIdx.x * BIG_TILE;
+    if (row0 >= job.m || col0 >= job.n) return;
+    __shared__ __align__(16) float As[2][BIG_K][BIG_LD];
+    __shared__ __align__(16) float Bs[2][BIG_K][BIG_LD];
+    const int t = threadIdx.x, tx = t % 16, ty = t / 16;
+    /* This thread's loads: A (and B if TRANS_B) row t/2, k-quarter (t%2)·4; B otherwise k row t/32,
+       columns (t%32)·4. */
+    const int lr = t / 2, lk = (t % 2) * 4, bk = t / 32, bc = (t % 32) * 4;
+    /* elements k..k+3 (those below kmax) of row r (below rmax) of a row-major matrix */
+    auto load4 = [&](const float* base, int ld, int r, int rmax, int k, int kmax) -> float4 {
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r >= rmax) return v;
+        const float* p = base + (size_t)r * ld + k;
+        if (k + 4 <= kmax) return __ldg((const float4*)p);
+        if (k < kmax) v.x = p[0];
+        if (k + 1 < kmax) v.y = p[1];
+        if (k + 2 < kmax) v.z = p[2];
+        return v;
+    };
+    auto fetch = [&](int k0, float4& a, float4& b) {
+        a = load4(job.A, job.lda, row0 + lr, job.m, k0 + lk, job.k);
+        if (TRANS_B) b = load4(job.B, job.ldb, col0 + lr, job.n, k0 + lk, job.k);
+        else b = load4(job.B, job.ldb, k0 + bk, job.k, col0 + bc, job.n); /* B is [k × n] */
+    };
+    auto store = [&](int buf, const float4& a, const float4& b) {
+        As[buf][lk][lr] = a.x, As[buf][lk + 1][lr] = a.y, As[buf][lk + 2][lr] = a.z, As[buf][lk + 3][lr] = a.w;
+        if (TRANS_B) Bs[buf][lk][lr] = b.x, Bs[buf][lk + 1][lr] = b.y, Bs[buf][lk + 2][lr] = b.z, Bs[buf][lk + 3][lr] = b.w;
+        else *(float4*)&Bs[buf][bk][bc] = b;
+    };
+    float acc[8][8];
+#pragma unroll
+    for (int r = 0; r < 8; r++)
+#pragma unroll
+        for (int c = 0; c < 8; c++) acc[r][c] = 0.f;
+    float4 na, nb;
+    fetch(0, na, nb);
+    store(0, na, nb);
+    __syncthreads();
+    int buf = 0;
+    for (int k0 = 0; k0 < job.k; k0 += BIG_K) {
+        const bool more = k0 + BIG_K < job.k;
+        if (more) fetch(k0 + BIG_K, na, nb);
+#pragma unroll
+        for (int kk = 0; kk < BIG_K; kk++) {
+            const float4 a0 = *(const float4*)&As[buf][kk][ty * 4], a1 = *(const float4*)&As[buf][kk][64 + ty * 4];
+            const float4 b0 = *(const float4*)&Bs[buf][kk][tx * 4], b1 = *(const float4*)&Bs[buf][kk][64 + tx * 4];
+            const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int r = 0; r < 8; r++)
+#pragma unroll
+                for (int c = 0; c < 8; c++) acc[r][c] += a[r] * b[c];
+        }
+        if (more) store(buf ^ 1, na, nb);
+        __syncthreads();
+        buf ^= 1;
+    }
+#pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int gr = row0 + (r < 4 ? ty * 4 + r : 64 + ty * 4 + (r - 4));
+        if (gr >= job.m) continue;
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            const int gc = col0 + (c < 4 ? tx * 4 + c : 64 + tx * 4 + (c - 4));
+            if (gc < job.n) job.C[(size_t)gr * job.ldc + gc] = epilogue<float>(EPI, job, gr, gc, acc[r][c]);
+        }
+    }
+}
+
+/*
  * Few rows (m <= SKINNY_M, float32): the step after split-K for one or a few molecules. A block
  * covers 64 columns and one k-range (chunks of SKINNY_K) for all m rows; the weights are read once,
  * straight from global memory, each thread's 16 values of a chunk requested before the activation
@@ -576,8 +657,8 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
     float acc[SKINNY_M];
 #pragma unroll
     for (int r = 0; r < SKINNY_M; r++) acc[r] = 0.f;
-    for (int k0 = kbegin; k0 < kend; k0 += SKINNY_K) {
-        float w[16];
+    /* this thread's 16 weights of the chunk at k0 (zero outside the matrix) */
+    auto fetch = [&](int k0, float* w) {
         if (TRANS_B) { /* k0 + tg·16 + i */
             const float* src = job.B + (size_t)gc * job.ldb + k0 + tg * 16;
             if (gc < job.n && vec && k0 + tg * 16 + 16 <= kend) {
@@ -597,6 +678,13 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
                 w[i] = gc < job.n && gk < kend ? job.B[(size_t)gk * job.ldb + gc] : 0.f;
             }
         }
+    };
+    /* Each chunk's weights are requested one chunk ahead, before that chunk's activation rows are
+       staged, so that a block waits about once per chunk rather than twice. */
+    float w[16], wn[16];
+    fetch(kbegin, w);
+    for (int k0 = kbegin; k0 < kend; k0 += SKINNY_K) {
+        if (k0 + SKINNY_K < kend) fetch(k0 + SKINNY_K, wn);
         __syncthreads();
         for (int e = t; e < m * SKINNY_K; e += 256) {
             const int r = e / SKINNY_K, kk = e % SKINNY_K, gk = k0 + kk;
@@ -619,6 +707,8 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
                 }
                 acc[r] = a;
             }
+#pragma unroll
+        for (int i = 0; i < 16; i++) w[i] = wn[i];
     }
     auto put = [&](int r, int c, float v) {
         int g = col0 + c;
@@ -666,6 +756,26 @@ template <> struct SkinnyGemm<float> {
     static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, int* counters, cudaStream_t stream) {
         if (max_m > SKINNY_M || !skinny_enabled()) return false;
         k_gemm_skinny<TRANS_B, EPI><<<dim3(grid.x, 1, grid.z), 256, 0, stream>>>(jobs, ksplit, counters);
+        return true;
+    }
+    static void preload();
+};
+
+/* The vectorised many-rows kernel in float32 where the launch's operands allow it (NNP_CUDA_BIG4=0
+   turns it off for comparisons). */
+static int big4_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) enabled = !(getenv("NNP_CUDA_BIG4") && atoi(getenv("NNP_CUDA_BIG4")) == 0);
+    return enabled;
+}
+template <typename real> struct BigGemm4 {
+    template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, cudaStream_t) { return false; }
+    static void preload() {}
+};
+template <> struct BigGemm4<float> {
+    template <bool TRANS_B, int EPI> static bool run(const GemmJob<float>* jobs, dim3 big, cudaStream_t stream) {
+        if (!big4_enabled()) return false;
+        k_gemm_big4<TRANS_B, EPI><<<big, 256, 0, stream>>>(jobs);
         return true;
     }
     static void preload();
@@ -1015,10 +1125,11 @@ struct nnp_cuda_state {
     dim3 fwd_grid[NNP_MAX_LAYERS], bwd_grid[NNP_MAX_LAYERS];
     int fwd_ksplit[NNP_MAX_LAYERS], bwd_ksplit[NNP_MAX_LAYERS];
     int fwd_mn[NNP_MAX_LAYERS], bwd_mn[NNP_MAX_LAYERS]; /* largest m·n of a launch's jobs */
-    int fwd_m[NNP_MAX_LAYERS], bwd_m[NNP_MAX_LAYERS];   /* largest m of a launch's jobs */
+    int fwd_m[NNP_MAX_LAYERS], bwd_m[NNP_MAX_LAYERS];
+    int fwd_aligned[NNP_MAX_LAYERS], bwd_aligned[NNP_MAX_LAYERS]; /* operands 16-byte aligned (k_gemm_big4) */   /* largest m of a launch's jobs */
     void* partial;    /* split-K workspace, shared by the launches (they run in order) */
     int* counters;    /* split-K tile counters (zero between launches), shared likewise */
-    int aev_acc_stride, bwd_slices; /* AEV kernels' shapes (see k_aev, k_aev_backward_split) */
+    int aev_acc_stride, aev_threads, bwd_slices; /* AEV kernels' shapes (see k_aev, k_aev_backward_split) */
     size_t aev_shmem, bwd_shmem;
     int* host_flags; /* pinned: flags of the latest evaluation, copied asynchronously */
     /* stage timing (NNP_CUDA_PROFILE=1, evaluations outside capture only) */
@@ -1078,6 +1189,12 @@ template <typename K> static void configure_kernel(K* kernel, int threads, size_
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
 }
 
+void BigGemm4<float>::preload() {
+    configure_kernel(k_gemm_big4<true, EPI_BIAS_CELU>, 256, 0);
+    configure_kernel(k_gemm_big4<false, EPI_DERIV>, 256, 0);
+    configure_kernel(k_gemm_big4<false, EPI_NONE>, 256, 0);
+}
+
 void SkinnyGemm<float>::preload() {
     configure_kernel(k_gemm_skinny<true, EPI_BIAS_CELU>, 256, 0);
     configure_kernel(k_gemm_skinny<false, EPI_DERIV>, 256, 0);
@@ -1088,7 +1205,7 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
     configure_kernel(k_inverse_order, 256, 0);
     configure_kernel(k_gather<real>, 128, 0);
     configure_kernel(k_neighbors<real>, 128, 0);
-    configure_kernel(k_aev<real>, AEV_THREADS, s->aev_shmem);
+    configure_kernel(k_aev<real>, s->aev_threads, s->aev_shmem);
     configure_kernel(k_gemm<real, true, EPI_BIAS_CELU>, 256, 0);
     configure_kernel(k_gemm<real, false, EPI_DERIV>, 256, 0);
     configure_kernel(k_gemm<real, false, EPI_NONE>, 256, 0);
@@ -1104,6 +1221,7 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
     configure_kernel(k_finish, FINISH_THREADS, 0);
     configure_kernel(k_fixed_to_xyz, 128, 0);
     SkinnyGemm<real>::preload();
+    BigGemm4<real>::preload();
 }
 
 template <typename real> static AevParams<real> aev_params(const nnp_model* m) {
@@ -1310,7 +1428,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
        at most 2^24 partial sums per layer. NNP_CUDA_SPLIT_K / NNP_CUDA_SPLIT_MAX override (tuning). */
     /* Measured on the H200 (docs/benchmarks.md): 32 for k_gemm (of 128, 64, 32, 16), 64 for the
        few-rows kernel (of 32, 64), whose reduction then reads half the partial sums. */
-    int split_k = 32, split_k_skinny = 64, split_max = 64;
+    int split_k = 32, split_k_skinny = 256, split_max = 64;
     if (getenv("NNP_CUDA_SPLIT_K")) split_k = split_k_skinny = max(GEMM_K, atoi(getenv("NNP_CUDA_SPLIT_K")));
     if (getenv("NNP_CUDA_SPLIT_MAX")) split_max = max(1, atoi(getenv("NNP_CUDA_SPLIT_MAX")));
     size_t partial_size = 0, n_counters = 1;
@@ -1320,8 +1438,10 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         for (int h = 0; h < s->n_hidden; h++) {
             size_t j0 = pass ? s->bwd_job0[h] : s->fwd_job0[h];
             int count = pass ? s->bwd_jobs[h] : s->fwd_jobs[h];
-            int max_m = 0, max_k = 0, max_mn = 0;
+            int max_m = 0, max_k = 0, max_mn = 0, aligned = 1;
             for (int j = 0; j < count; j++) {
+                const GemmJob<real>& g = jobs[j0 + j];
+                aligned &= (size_t)g.A % 16 == 0 && (size_t)g.B % 16 == 0 && g.lda % 4 == 0 && g.ldb % 4 == 0;
                 max_m = max(max_m, jobs[j0 + j].m);
                 max_k = max(max_k, jobs[j0 + j].k);
                 max_mn = max(max_mn, jobs[j0 + j].m * jobs[j0 + j].n);
@@ -1340,6 +1460,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
             (pass ? s->bwd_ksplit : s->fwd_ksplit)[h] = ksplit;
             (pass ? s->bwd_mn : s->fwd_mn)[h] = max_mn;
             (pass ? s->bwd_m : s->fwd_m)[h] = max_m;
+            (pass ? s->bwd_aligned : s->fwd_aligned)[h] = aligned;
             dim3& grid = (pass ? s->bwd_grid : s->fwd_grid)[h];
             grid.z = count * ksplit;
             n_counters = max(n_counters, (size_t)count * grid.x * grid.y);
@@ -1349,8 +1470,9 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     if (st == NNP_OK && cudaMemset(s->counters, 0, sizeof(int) * n_counters) != cudaSuccess)
         st = nnp_fail(NNP_ERR_CUDA, "clearing GPU memory failed");
     /* AEV kernels: the pair-parallel angular path where its per-warp accumulators fit in shared
-       memory; few atoms are spread over several blocks each in the backward pass (about 4 blocks
-       per SM in all, at most 16 per atom). */
+       memory, with 1024 threads per atom when there are fewer atoms than 2 per SM (256 otherwise);
+       few atoms are spread over several blocks each in the backward pass (about 4 blocks per SM in
+       all, at most 16 per atom). */
     {
         int device = 0, sms = 1, optin = 48 * 1024;
         cudaGetDevice(&device);
@@ -1358,8 +1480,11 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
         const size_t base = (size_t)s->capacity * (4 * sizeof(real) + 2 * sizeof(int));
         const int stride = m->aev_length - m->radial_length;
-        const size_t acc = (size_t)(AEV_THREADS / 32) * stride * sizeof(real);
         const size_t static_smem = sizeof(AevParams<real>) + 1024;
+        s->aev_threads = n < 2 * sms ? AEV_MAX_THREADS : AEV_THREADS;
+        size_t acc = (size_t)(s->aev_threads / 32) * stride * sizeof(real);
+        if (base + acc + static_smem > (size_t)optin && s->aev_threads > AEV_THREADS)
+            s->aev_threads = AEV_THREADS, acc = (size_t)(AEV_THREADS / 32) * stride * sizeof(real);
         s->aev_acc_stride = m->angular_sub <= 32 && base + acc + static_smem <= (size_t)optin ? stride : 0;
         s->aev_shmem = base + (s->aev_acc_stride > 0 ? acc : 0);
         s->bwd_shmem = base;
@@ -1416,11 +1541,13 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
 }
 
 template <typename real, bool TRANS_B, int EPI>
-static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, int max_m, int* counters, cudaStream_t stream) {
+static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, int max_m, int aligned, int* counters,
+                 cudaStream_t stream) {
     if (SkinnyGemm<real>::template run<TRANS_B, EPI>(jobs, grid, ksplit, max_m, counters, stream)) return;
-    if (ksplit == 1) { /* many rows: the 128×128 kernel (grid given in 64-wide tiles) */
+    if (ksplit == 1) { /* many rows: the 128×128 kernels (grid given in 64-wide tiles) */
         dim3 big((grid.x + 1) / 2, (grid.y + 1) / 2, grid.z);
-        k_gemm_big<real, TRANS_B, EPI><<<big, 256, 0, stream>>>(jobs);
+        if (!aligned || !BigGemm4<real>::template run<TRANS_B, EPI>(jobs, big, stream))
+            k_gemm_big<real, TRANS_B, EPI><<<big, 256, 0, stream>>>(jobs);
         return;
     }
     k_gemm<real, TRANS_B, EPI><<<grid, 256, 0, stream>>>(jobs, ksplit);
@@ -1452,12 +1579,12 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                                                                      s->batch_atoms, n, (real)(m->aev.Rcr * m->aev.Rcr), box,
                                                                      s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec, s->flags);
         MARK();
-        k_aev<real><<<n, AEV_THREADS, s->aev_shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec,
+        k_aev<real><<<n, s->aev_threads, s->aev_shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec,
                                                               s->element, (real*)s->aev, (int)A, s->aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
         for (int h = 0; h < s->n_hidden; h++)
-            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->counters, stream);
+            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->fwd_aligned[h], s->counters, stream);
         MARK();
         const double scale = 1.0 / M;
         k_output<real><<<dim3(s->max_rows, s->n_out_jobs), 32 * min(M, OUTPUT_WARPS), 0, stream>>>(
@@ -1465,8 +1592,8 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         MARK();
         if (with_forces) {
             for (int h = s->n_hidden - 1; h >= 1; h--)
-                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->counters, stream);
-            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->counters, stream);
+                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->bwd_aligned[h], s->counters, stream);
+            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->bwd_aligned[0], s->counters, stream);
             MARK();
             unsigned long long* target;
             const int* findex;
