@@ -1470,7 +1470,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     if (st == NNP_OK && cudaMemset(s->counters, 0, sizeof(int) * n_counters) != cudaSuccess)
         st = nnp_fail(NNP_ERR_CUDA, "clearing GPU memory failed");
     /* AEV kernels: the pair-parallel angular path where its per-warp accumulators fit in shared
-       memory, with 1024 threads per atom when there are fewer atoms than 2 per SM (256 otherwise);
+       memory, with 1024 threads per atom when there are fewer atoms than SMs (256 otherwise);
        few atoms are spread over several blocks each in the backward pass (about 4 blocks per SM in
        all, at most 16 per atom). */
     {
@@ -1481,7 +1481,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         const size_t base = (size_t)s->capacity * (4 * sizeof(real) + 2 * sizeof(int));
         const int stride = m->aev_length - m->radial_length;
         const size_t static_smem = sizeof(AevParams<real>) + 1024;
-        s->aev_threads = n < 2 * sms ? AEV_MAX_THREADS : AEV_THREADS;
+        s->aev_threads = n < sms ? AEV_MAX_THREADS : AEV_THREADS;
         size_t acc = (size_t)(s->aev_threads / 32) * stride * sizeof(real);
         if (base + acc + static_smem > (size_t)optin && s->aev_threads > AEV_THREADS)
             s->aev_threads = AEV_THREADS, acc = (size_t)(AEV_THREADS / 32) * stride * sizeof(real);
