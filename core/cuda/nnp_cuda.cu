@@ -476,6 +476,21 @@ __global__ void k_gemm_reduce(const GemmJob<real>* __restrict__ jobs, int ksplit
  */
 #define BIG_TILE 128
 #define BIG_K 8
+/* A 128×128 tile's results: thread (tx, ty) holds rows ty·4+i and 64+ty·4+i, columns likewise. */
+template <typename real, int EPI>
+__device__ __forceinline__ void store_big_tile(const GemmJob<real>& job, int row0, int col0, int tx, int ty, const real (&acc)[8][8]) {
+#pragma unroll
+    for (int r = 0; r < 8; r++) {
+        const int gr = row0 + (r < 4 ? ty * 4 + r : 64 + ty * 4 + (r - 4));
+        if (gr >= job.m) continue;
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            const int gc = col0 + (c < 4 ? tx * 4 + c : 64 + tx * 4 + (c - 4));
+            if (gc < job.n) job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, acc[r][c]);
+        }
+    }
+}
+
 template <typename real, bool TRANS_B, int EPI>
 __global__ void __launch_bounds__(256) k_gemm_big(const GemmJob<real>* __restrict__ jobs) {
     const GemmJob<real> job = jobs[blockIdx.z];
@@ -535,16 +550,7 @@ __global__ void __launch_bounds__(256) k_gemm_big(const GemmJob<real>* __restric
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int r = 0; r < 8; r++) {
-        const int gr = row0 + (r < 4 ? ty * 4 + r : 64 + ty * 4 + (r - 4));
-        if (gr >= job.m) continue;
-#pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int gc = col0 + (c < 4 ? tx * 4 + c : 64 + tx * 4 + (c - 4));
-            if (gc < job.n) job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, acc[r][c]);
-        }
-    }
+    store_big_tile<real, EPI>(job, row0, col0, tx, ty, acc);
 }
 
 /*
@@ -615,16 +621,7 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big4(const GemmJob<float>* __re
         __syncthreads();
         buf ^= 1;
     }
-#pragma unroll
-    for (int r = 0; r < 8; r++) {
-        const int gr = row0 + (r < 4 ? ty * 4 + r : 64 + ty * 4 + (r - 4));
-        if (gr >= job.m) continue;
-#pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int gc = col0 + (c < 4 ? tx * 4 + c : 64 + tx * 4 + (c - 4));
-            if (gc < job.n) job.C[(size_t)gr * job.ldc + gc] = epilogue<float>(EPI, job, gr, gc, acc[r][c]);
-        }
-    }
+    store_big_tile<float, EPI>(job, row0, col0, tx, ty, acc);
 }
 
 /*
@@ -825,10 +822,17 @@ __global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<re
 
 /* ------------------------------------------------------------------ AEV backward */
 
-/* Forces from dE/dAEV, one block per atom. Contributions go to the fixed-point force buffer
-   (index force_index[atom] of component c at c·stride), in units of `unit` per Hartree/Å. */
-template <typename real>
-__global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
+/*
+ * Forces from dE/dAEV, one block per atom (SPLIT: each atom over gridDim.y blocks). Contributions go
+ * to the fixed-point force buffer (index force_index[atom] of component c at c·stride), in units of
+ * `unit` per Hartree/Å; fixed point makes the sums independent of the order of the additions, and
+ * each contribution is formed the same way on every run, so the result is deterministic.
+ * Radial: one thread per neighbour. Angular: one thread per pair doing its terms in order; or, with
+ * SPLIT (few atoms, where one block per atom would leave most of the GPU idle; needs angular_sub <=
+ * 32), one warp per pair and lane per term, the three derivative sums added by a butterfly.
+ */
+template <typename real, bool SPLIT>
+__global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
                                                               const int* __restrict__ count, const int* __restrict__ nbr_index,
                                                               const typename real4_of<real>::type* __restrict__ nbr_vec,
                                                               const int* __restrict__ element, const real* __restrict__ daev,
@@ -839,7 +843,7 @@ __global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(const AevParams<re
     typename real4_of<real>::type* s_vec = (typename real4_of<real>::type*)smem;
     int* s_el = (int*)(s_vec + capacity);
     int* s_ang = s_el + capacity;
-    __shared__ int s_nang, s_scan[BWD_THREADS / 32];
+    __shared__ int s_nang, s_scan[AEV_THREADS / 32];
     __shared__ AevParams<real> P;
     load_params(params, P);
     int row = blockIdx.x, i = row_atom[row];
@@ -847,9 +851,9 @@ __global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(const AevParams<re
     int na = s_nang;
     const real* g = daev + (size_t)row * ld;
     const int* nbr = nbr_index + (size_t)i * capacity;
-    int fi = force_index[i];
+    const int fi = force_index[i], slice = SPLIT ? blockIdx.y : 0, slices = SPLIT ? gridDim.y : 1;
     double fsum[3] = {0, 0, 0};
-    for (int a = threadIdx.x; a < nn; a += blockDim.x) {
+    for (int a = slice * blockDim.x + threadIdx.x; a < nn; a += slices * blockDim.x) {
         real d = s_vec[a].w, fc = cutoff_fn(d, P.Rcr), dfc = cutoff_deriv(d, P.Rcr);
         const real* gr = g + s_el[a] * P.radial_sub;
         real s_d = 0;
@@ -864,150 +868,105 @@ __global__ void __launch_bounds__(BWD_THREADS) k_aev_backward(const AevParams<re
             fsum[c] += f[c];
         }
     }
-    int n_pairs = na * (na - 1) / 2;
-    for (int pq = threadIdx.x; pq < n_pairs; pq += blockDim.x) { /* one thread per pair: its 32 terms in order */
-        /* Decode pq into p < q over the angular list (row-major upper triangle). */
-        int p = 0, rem = pq;
-        while (rem >= na - 1 - p) rem -= na - 1 - p, p++;
-        int q = p + 1 + rem;
-        int ja = s_ang[p], ka = s_ang[q];
-        typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
-        real dj = u.w, dk = v.w;
-        real denom = fmax(dj * dk, (real)1e-10);
-        real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
-        real theta = dacos((real)0.95 * c);
-        real fj = cutoff_fn(dj, P.Rca), fk = cutoff_fn(dk, P.Rca);
-        real dfj = cutoff_deriv(dj, P.Rca), dfk = cutoff_deriv(dk, P.Rca);
-        real avg = (real)0.5 * (dj + dk);
-        const real* ga = g + P.radial_length + P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]] * P.angular_sub;
-        real s_theta = 0, s_dj = 0, s_dk = 0;
-        int t = 0;
-        for (int ea = 0; ea < P.nEtaA; ea++)
-            for (int z = 0; z < P.nZeta; z++)
-                for (int sa = 0; sa < P.nShfA; sa++) {
-                    real x = avg - P.ShfA[sa];
-                    real f2 = dexp(-P.EtaA[ea] * x * x);
-                    real df2 = f2 * ((real)-2 * P.EtaA[ea] * x) * (real)0.5;
-                    for (int sz = 0; sz < P.nShfZ; sz++, t++) {
-                        real base = (real)0.5 * ((real)1 + dcos(theta - P.ShfZ[sz]));
-                        real f1 = dpow(base, P.Zeta[z]);
-                        real df1 = P.Zeta[z] * dpow(base, P.Zeta[z] - (real)1) * ((real)-0.5 * dsin(theta - P.ShfZ[sz]));
-                        real w = ga[t];
-                        s_theta += w * (real)2 * df1 * f2 * fj * fk;
-                        s_dj += w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
-                        s_dk += w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
-                    }
-                }
-        real s_c = s_theta * ((real)-0.95 / dsqrt((real)1 - (real)0.9025 * c * c));
-        real uu[3] = {u.x, u.y, u.z}, vv[3] = {v.x, v.y, v.z};
-        int fjx = force_index[nbr[ja]], fkx = force_index[nbr[ka]];
-        for (int k = 0; k < 3; k++) {
-            real dc_du = vv[k] / denom - c * uu[k] / (dj * dj);
-            real dc_dv = uu[k] / denom - c * vv[k] / (dk * dk);
-            double gu = (double)(s_dj * uu[k] / dj + s_c * dc_du);
-            double gv = (double)(s_dk * vv[k] / dk + s_c * dc_dv);
-            add_fixed(&forces[fjx + k * stride], -gu * unit);
-            add_fixed(&forces[fkx + k * stride], -gv * unit);
-            fsum[k] += gu + gv;
-        }
-    }
-    for (int c = 0; c < 3; c++)
-        if (fsum[c] != 0) add_fixed(&forces[fi + c * stride], fsum[c] * unit);
-}
-
-/*
- * The same forces for few atoms, where one block per atom would leave most of the GPU idle: each
- * atom is spread over gridDim.y blocks, and its angular pairs over all their warps (warp per pair,
- * lane per term, the three derivative sums added by a butterfly over the lanes). Needs
- * angular_sub <= 32. The fixed-point force sums do not depend on the order of the additions, and
- * each contribution is formed the same way on every run, so the result is deterministic.
- */
-template <typename real>
-__global__ void __launch_bounds__(AEV_THREADS) k_aev_backward_split(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
-                                                                    const int* __restrict__ count, const int* __restrict__ nbr_index,
-                                                                    const typename real4_of<real>::type* __restrict__ nbr_vec,
-                                                                    const int* __restrict__ element, const real* __restrict__ daev,
-                                                                    int ld, const int* __restrict__ force_index,
-                                                                    unsigned long long* __restrict__ forces, long long stride,
-                                                                    double unit) {
-    extern __shared__ unsigned char smem[];
-    typename real4_of<real>::type* s_vec = (typename real4_of<real>::type*)smem;
-    int* s_el = (int*)(s_vec + capacity);
-    int* s_ang = s_el + capacity;
-    __shared__ int s_nang, s_scan[AEV_THREADS / 32];
-    __shared__ AevParams<real> P;
-    load_params(params, P);
-    int row = blockIdx.x, i = row_atom[row];
-    int nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rca, s_vec, s_el, s_ang, &s_nang, s_scan);
-    int na = s_nang;
-    const real* g = daev + (size_t)row * ld;
-    const int* nbr = nbr_index + (size_t)i * capacity;
-    const int fi = force_index[i], slice = blockIdx.y, slices = gridDim.y;
-    double fsum[3] = {0, 0, 0};
-    for (int a = slice * blockDim.x + threadIdx.x; a < nn; a += slices * blockDim.x) {
-        real d = s_vec[a].w, fc = cutoff_fn(d, P.Rcr), dfc = cutoff_deriv(d, P.Rcr);
-        const real* gr = g + s_el[a] * P.radial_sub;
-        real s_d = 0;
-        for (int t = 0; t < P.radial_sub; t++) {
-            real eta = P.EtaR[t / P.nShfR], x = d - P.ShfR[t % P.nShfR];
-            s_d += gr[t] * (real)0.25 * dexp(-eta * x * x) * ((real)-2 * eta * x * fc + dfc);
-        }
-        double f[3] = {(double)(s_d * s_vec[a].x / d), (double)(s_d * s_vec[a].y / d), (double)(s_d * s_vec[a].z / d)};
-        int fj = force_index[nbr[a]];
-        for (int c = 0; c < 3; c++) {
-            add_fixed(&forces[fj + c * stride], -f[c] * unit);
-            fsum[c] += f[c];
-        }
-    }
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
-    const bool active = lane < P.angular_sub;
-    const int t = active ? lane : 0;
-    const int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
-              ea = t / (P.nShfZ * P.nShfA * P.nZeta);
-    const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz];
-    const int n_pairs = na * (na - 1) / 2, step = slices * nwarps, first = slice * nwarps + warp;
-    double f_center = 0; /* lane k < 3: component k of the central atom's angular part */
-    int p = 0, rem = first;
-    while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
-    for (int e = first; e < n_pairs; e += step) {
-        const int ja = s_ang[p], ka = s_ang[p + 1 + rem];
-        const typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
-        const real dj = u.w, dk = v.w, denom = fmax(dj * dk, (real)1e-10);
-        const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
-        const real theta = dacos((real)0.95 * c);
-        const real fj = cutoff_fn(dj, P.Rca), fk = cutoff_fn(dk, P.Rca);
-        const real dfj = cutoff_deriv(dj, P.Rca), dfk = cutoff_deriv(dk, P.Rca);
-        real s_theta = 0, s_dj = 0, s_dk = 0;
-        if (active) {
-            const real w = g[P.radial_length + P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]] * P.angular_sub + t];
-            const real x = (real)0.5 * (dj + dk) - shfA;
-            const real f2 = dexp(-etaA * x * x), df2 = f2 * ((real)-2 * etaA * x) * (real)0.5;
-            const real base = (real)0.5 * ((real)1 + dcos(theta - shfZ));
-            const real f1 = dpow(base, zeta);
-            const real df1 = zeta * dpow(base, zeta - (real)1) * ((real)-0.5 * dsin(theta - shfZ));
-            s_theta = w * (real)2 * df1 * f2 * fj * fk;
-            s_dj = w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
-            s_dk = w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            s_theta += __shfl_xor_sync(0xffffffffu, s_theta, off);
-            s_dj += __shfl_xor_sync(0xffffffffu, s_dj, off);
-            s_dk += __shfl_xor_sync(0xffffffffu, s_dk, off);
-        }
-        if (lane < 3) {
-            const real s_c = s_theta * ((real)-0.95 / dsqrt((real)1 - (real)0.9025 * c * c));
-            const real uk = lane == 0 ? u.x : lane == 1 ? u.y : u.z, vk = lane == 0 ? v.x : lane == 1 ? v.y : v.z;
-            const real dc_du = vk / denom - c * uk / (dj * dj), dc_dv = uk / denom - c * vk / (dk * dk);
-            const double gu = (double)(s_dj * uk / dj + s_c * dc_du), gv = (double)(s_dk * vk / dk + s_c * dc_dv);
-            add_fixed(&forces[force_index[nbr[ja]] + lane * stride], -gu * unit);
-            add_fixed(&forces[force_index[nbr[ka]] + lane * stride], -gv * unit);
-            f_center += gu + gv;
-        }
-        rem += step;
+    if (SPLIT) {
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+        const bool active = lane < P.angular_sub;
+        const int t = active ? lane : 0;
+        const int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
+                  ea = t / (P.nShfZ * P.nShfA * P.nZeta);
+        const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz];
+        const int n_pairs = na * (na - 1) / 2, step = slices * nwarps, first = slice * nwarps + warp;
+        double f_center = 0; /* lane k < 3: component k of the central atom's angular part */
+        int p = 0, rem = first;
         while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
+        for (int e = first; e < n_pairs; e += step) {
+            const int ja = s_ang[p], ka = s_ang[p + 1 + rem];
+            const typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
+            const real dj = u.w, dk = v.w, denom = fmax(dj * dk, (real)1e-10);
+            const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
+            const real theta = dacos((real)0.95 * c);
+            const real fj = cutoff_fn(dj, P.Rca), fk = cutoff_fn(dk, P.Rca);
+            const real dfj = cutoff_deriv(dj, P.Rca), dfk = cutoff_deriv(dk, P.Rca);
+            real s_theta = 0, s_dj = 0, s_dk = 0;
+            if (active) {
+                const real w = g[P.radial_length + P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]] * P.angular_sub + t];
+                const real x = (real)0.5 * (dj + dk) - shfA;
+                const real f2 = dexp(-etaA * x * x), df2 = f2 * ((real)-2 * etaA * x) * (real)0.5;
+                const real base = (real)0.5 * ((real)1 + dcos(theta - shfZ));
+                const real f1 = dpow(base, zeta);
+                const real df1 = zeta * dpow(base, zeta - (real)1) * ((real)-0.5 * dsin(theta - shfZ));
+                s_theta = w * (real)2 * df1 * f2 * fj * fk;
+                s_dj = w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
+                s_dk = w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                s_theta += __shfl_xor_sync(0xffffffffu, s_theta, off);
+                s_dj += __shfl_xor_sync(0xffffffffu, s_dj, off);
+                s_dk += __shfl_xor_sync(0xffffffffu, s_dk, off);
+            }
+            if (lane < 3) {
+                const real s_c = s_theta * ((real)-0.95 / dsqrt((real)1 - (real)0.9025 * c * c));
+                const real uk = lane == 0 ? u.x : lane == 1 ? u.y : u.z, vk = lane == 0 ? v.x : lane == 1 ? v.y : v.z;
+                const real dc_du = vk / denom - c * uk / (dj * dj), dc_dv = uk / denom - c * vk / (dk * dk);
+                const double gu = (double)(s_dj * uk / dj + s_c * dc_du), gv = (double)(s_dk * vk / dk + s_c * dc_dv);
+                add_fixed(&forces[force_index[nbr[ja]] + lane * stride], -gu * unit);
+                add_fixed(&forces[force_index[nbr[ka]] + lane * stride], -gv * unit);
+                f_center += gu + gv;
+            }
+            rem += step;
+            while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
+        }
+        if (lane < 3) fsum[0] += lane == 0 ? f_center : 0, fsum[1] += lane == 1 ? f_center : 0, fsum[2] += lane == 2 ? f_center : 0;
+    } else {
+        int n_pairs = na * (na - 1) / 2;
+        for (int pq = threadIdx.x; pq < n_pairs; pq += blockDim.x) { /* one thread per pair: its 32 terms in order */
+            /* Decode pq into p < q over the angular list (row-major upper triangle). */
+            int p = 0, rem = pq;
+            while (rem >= na - 1 - p) rem -= na - 1 - p, p++;
+            int q = p + 1 + rem;
+            int ja = s_ang[p], ka = s_ang[q];
+            typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
+            real dj = u.w, dk = v.w;
+            real denom = fmax(dj * dk, (real)1e-10);
+            real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
+            real theta = dacos((real)0.95 * c);
+            real fj = cutoff_fn(dj, P.Rca), fk = cutoff_fn(dk, P.Rca);
+            real dfj = cutoff_deriv(dj, P.Rca), dfk = cutoff_deriv(dk, P.Rca);
+            real avg = (real)0.5 * (dj + dk);
+            const real* ga = g + P.radial_length + P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]] * P.angular_sub;
+            real s_theta = 0, s_dj = 0, s_dk = 0;
+            int t = 0;
+            for (int ea = 0; ea < P.nEtaA; ea++)
+                for (int z = 0; z < P.nZeta; z++)
+                    for (int sa = 0; sa < P.nShfA; sa++) {
+                        real x = avg - P.ShfA[sa];
+                        real f2 = dexp(-P.EtaA[ea] * x * x);
+                        real df2 = f2 * ((real)-2 * P.EtaA[ea] * x) * (real)0.5;
+                        for (int sz = 0; sz < P.nShfZ; sz++, t++) {
+                            real base = (real)0.5 * ((real)1 + dcos(theta - P.ShfZ[sz]));
+                            real f1 = dpow(base, P.Zeta[z]);
+                            real df1 = P.Zeta[z] * dpow(base, P.Zeta[z] - (real)1) * ((real)-0.5 * dsin(theta - P.ShfZ[sz]));
+                            real w = ga[t];
+                            s_theta += w * (real)2 * df1 * f2 * fj * fk;
+                            s_dj += w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
+                            s_dk += w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
+                        }
+                    }
+            real s_c = s_theta * ((real)-0.95 / dsqrt((real)1 - (real)0.9025 * c * c));
+            real uu[3] = {u.x, u.y, u.z}, vv[3] = {v.x, v.y, v.z};
+            int fjx = force_index[nbr[ja]], fkx = force_index[nbr[ka]];
+            for (int k = 0; k < 3; k++) {
+                real dc_du = vv[k] / denom - c * uu[k] / (dj * dj);
+                real dc_dv = uu[k] / denom - c * vv[k] / (dk * dk);
+                double gu = (double)(s_dj * uu[k] / dj + s_c * dc_du);
+                double gv = (double)(s_dk * vv[k] / dk + s_c * dc_dv);
+                add_fixed(&forces[fjx + k * stride], -gu * unit);
+                add_fixed(&forces[fkx + k * stride], -gv * unit);
+                fsum[k] += gu + gv;
+            }
+        }
     }
-    if (lane < 3) fsum[0] += lane == 0 ? f_center : 0, fsum[1] += lane == 1 ? f_center : 0, fsum[2] += lane == 2 ? f_center : 0;
     for (int c = 0; c < 3; c++)
         if (fsum[c] != 0) add_fixed(&forces[fi + c * stride], fsum[c] * unit);
 }
@@ -1129,7 +1088,7 @@ struct nnp_cuda_state {
     int fwd_aligned[NNP_MAX_LAYERS], bwd_aligned[NNP_MAX_LAYERS]; /* operands 16-byte aligned (k_gemm_big4) */   /* largest m of a launch's jobs */
     void* partial;    /* split-K workspace, shared by the launches (they run in order) */
     int* counters;    /* split-K tile counters (zero between launches), shared likewise */
-    int aev_acc_stride, aev_threads, bwd_slices; /* AEV kernels' shapes (see k_aev, k_aev_backward_split) */
+    int aev_acc_stride, aev_threads, bwd_slices; /* AEV kernels' shapes (see k_aev, k_aev_backward) */
     size_t aev_shmem, bwd_shmem;
     int* host_flags; /* pinned: flags of the latest evaluation, copied asynchronously */
     /* stage timing (NNP_CUDA_PROFILE=1, evaluations outside capture only) */
@@ -1216,8 +1175,8 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
     configure_kernel(k_gemm_reduce<real, EPI_DERIV>, 256, 0);
     configure_kernel(k_gemm_reduce<real, EPI_NONE>, 256, 0);
     configure_kernel(k_output<real>, 32 * OUTPUT_WARPS, 0);
-    configure_kernel(k_aev_backward<real>, BWD_THREADS, s->bwd_shmem);
-    configure_kernel(k_aev_backward_split<real>, AEV_THREADS, s->bwd_shmem);
+    configure_kernel(k_aev_backward<real, false>, BWD_THREADS, s->bwd_shmem);
+    configure_kernel(k_aev_backward<real, true>, AEV_THREADS, s->bwd_shmem);
     configure_kernel(k_finish, FINISH_THREADS, 0);
     configure_kernel(k_fixed_to_xyz, 128, 0);
     SkinnyGemm<real>::preload();
@@ -1611,11 +1570,11 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                 force_unit *= PLAIN_FIXED_EXTRA;
             }
             if (s->bwd_slices > 1)
-                k_aev_backward_split<real><<<dim3(n, s->bwd_slices), AEV_THREADS, s->bwd_shmem, stream>>>(
+                k_aev_backward<real, true><<<dim3(n, s->bwd_slices), AEV_THREADS, s->bwd_shmem, stream>>>(
                     P, s->row_atom, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec, s->element, (real*)s->daev, (int)A,
                     findex, target, stride, force_unit);
             else
-                k_aev_backward<real><<<n, BWD_THREADS, s->bwd_shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index,
+                k_aev_backward<real, false><<<n, BWD_THREADS, s->bwd_shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index,
                                                                                (real4*)s->nbr_vec, s->element, (real*)s->daev, (int)A,
                                                                                findex, target, stride, force_unit);
             if (io->forces_format == NNP_FORCES_XYZ_DOUBLE)
