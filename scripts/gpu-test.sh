@@ -81,6 +81,27 @@ PY
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
       "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
     echo "ncu: exit $?"; grep -E "^  [a-z_]+.*\(|Duration|Elapsed Cycles|SM Frequency|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp Per|No Eligible|Stall|Local" "$out/ncu.txt" | head -n 80 ;;
+  kernels)
+    # Per-kernel GPU times (Nsight Compute, gpu__time_duration) of bench_nnp at each of BENCH_SIZES
+    # (default 1): KERNEL_COUNT launches after KERNEL_SKIP, averaged by kernel name.
+    for n in ${BENCH_SIZES:-1}; do
+      OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum \
+        --launch-skip "${KERNEL_SKIP:-300}" --launch-count "${KERNEL_COUNT:-100}" --csv \
+        "$root/build-gpu/bench/bench_nnp" "$d/shared" "$n" > "$out/kernels-$n.csv" 2> "$out/kernels-$n.err"
+      echo "ncu kernels, $n molecule(s): exit $?"
+      python3 - "$out/kernels-$n.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14]
+if not rows: sys.exit("  no kernel rows")
+h = rows[0]; k, u, v = h.index("Kernel Name"), h.index("Metric Unit"), h.index("Metric Value")
+t = collections.defaultdict(list)
+for r in rows[1:]:
+    x = float(r[v].replace(",", "")) * {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r[u], 1.0)
+    t[r[k].split("(")[0].split("<")[0]].append(x)
+for name, xs in sorted(t.items(), key=lambda kv: -sum(kv[1])):
+    print("  %-28s %4d launches  mean %9.2f us  total %10.1f us" % (name[:28], len(xs), sum(xs) / len(xs), sum(xs)))
+PY
+    done ;;
   bench-integrators)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_integrators" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench-integrators.txt" ;;
   bench)

@@ -80,6 +80,33 @@ static system_t make_large_system(int count) {
     return s;
 }
 
+/* Elements the drug-like molecules lack, for the AEV's live blocks (libnnp stores only the blocks
+   some batch can fill): four copies of the first molecule, one plain; one with an S and two F; one
+   with a single Cl (its Cl-Cl block stays empty); one with one F. Unusual chemistry, but every
+   feature is computed the same way on the CPU, the oracle. */
+static system_t make_mixed_system(void) {
+    system_t s = make_large_system(1);
+    const int32_t n1 = s.n;
+    s.z = realloc(s.z, sizeof(int32_t) * 4 * n1);
+    s.batch = realloc(s.batch, sizeof(int32_t) * 4 * n1);
+    s.pos = realloc(s.pos, sizeof(double) * 12 * n1);
+    for (int copy = 1; copy < 4; copy++) {
+        int changed_o = 0, changed_h = 0;
+        for (int32_t a = 0; a < n1; a++) {
+            int32_t i = copy * n1 + a, z = s.z[a];
+            if (copy == 1 && z == 8 && !changed_o) z = 16, changed_o = 1;
+            else if (copy == 1 && z == 1 && changed_h < 2) z = 9, changed_h++;
+            else if (copy == 2 && z == 1 && !changed_h) z = 17, changed_h = 1;
+            else if (copy == 3 && z == 1 && !changed_h) z = 9, changed_h = 1;
+            s.z[i] = z;
+            s.batch[i] = copy;
+            for (int c = 0; c < 3; c++) s.pos[3 * i + c] = s.pos[3 * a + c] + 0.01 * copy * (c + 1);
+        }
+    }
+    s.n = 4 * n1, s.n_batches = 4;
+    return s;
+}
+
 static double rms_relative(const double* ref, const double* x, int n) {
     double d = 0, r = 0;
     for (int i = 0; i < n; i++) d += (ref[i] - x[i]) * (ref[i] - x[i]), r += ref[i] * ref[i];
@@ -352,6 +379,12 @@ int main(void) {
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         compare_with_cpu(model, &large, 1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
         free(large.z), free(large.batch), free(large.pos);
+    }
+    {
+        system_t mixed = make_mixed_system(); /* S, F and Cl in some batches only: live AEV blocks */
+        compare_with_cpu(model, &mixed, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        compare_with_cpu(model, &mixed, -1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
+        free(mixed.z), free(mixed.batch), free(mixed.pos);
     }
     test_openmm_layout_and_capture(model, &s);
     test_overflow(model);
