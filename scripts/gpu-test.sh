@@ -96,7 +96,7 @@ if not rows: sys.exit("  no kernel rows")
 h = rows[0]; k, u, v = h.index("Kernel Name"), h.index("Metric Unit"), h.index("Metric Value")
 t = collections.defaultdict(list)
 for r in rows[1:]:
-    x = float(r[v].replace(",", "")) * {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r[u], 1.0)
+    x = float(r[v].replace(",", "")) * {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}.get(r[u], 1.0)
     t[r[k].split("(")[0].split("<")[0]].append(x)
 for name, xs in sorted(t.items(), key=lambda kv: -sum(kv[1])):
     print("  %-28s %4d launches  mean %9.2f us  total %10.1f us" % (name[:28], len(xs), sum(xs) / len(xs), sum(xs)))

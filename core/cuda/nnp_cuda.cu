@@ -637,16 +637,19 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big4(const GemmJob<float>* __re
 /*
  * Few rows (m <= SKINNY_M, float32): the step after split-K for one or a few molecules. A block
  * covers 64 columns and one k-range (chunks of SKINNY_K) for all m rows; the weights are read once,
- * straight from global memory, each thread's 16 values of a chunk requested before the activation
- * rows are staged in shared memory (float4 loads along k for TRANS_B where aligned, coalesced along
- * n otherwise). The 4 partial sums of each output are added in a fixed order (a shuffle tree, or
- * shared memory), so the result does not depend on scheduling. Same grid (y = 1) and split-K
- * partial layout as k_gemm; the last block of each column tile adds the parts (splitk_fixup).
+ * straight from global memory, each thread's 16 consecutive k of a chunk requested one chunk ahead
+ * (float4 loads along k for TRANS_B where aligned, coalesced along n otherwise), the activation rows
+ * staged in shared memory. MR (4, 8, 16 or 32, the launch's largest m rounded up) bounds the row
+ * loop at compile time: rows m..MR-1 are zeros in shared memory, so no row needs a predicate, each
+ * float4 read from shared memory feeds 4 multiply-adds and the MR rows' sums are independent chains.
+ * The 4 partial sums of each output are added in a fixed order (a shuffle tree, or shared memory),
+ * so the result does not depend on scheduling. Same grid (y = 1) and split-K partial layout as
+ * k_gemm; the last block of each column tile adds the parts (splitk_fixup).
  */
 #define SKINNY_M 32
 #define SKINNY_K 64
-#define SKINNY_LD (SKINNY_K + SKINNY_K / 16) /* one padding word per 16: the 4 k-quarters in distinct banks */
-template <bool TRANS_B, int EPI>
+#define SKINNY_LD (SKINNY_K + SKINNY_K / 4) /* 4 padding words per 16: the k-quarters' float4 reads in distinct banks */
+template <bool TRANS_B, int EPI, int MR>
 __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
     const int part = blockIdx.z % ksplit;
@@ -654,21 +657,22 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
     const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
     const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
     if (col0 >= job.n) return;
-    __shared__ float As[SKINNY_M][SKINNY_LD];
-    __shared__ float Red[TRANS_B ? 1 : 4][TRANS_B ? 1 : SKINNY_M][GEMM_TILE];
+    __shared__ __align__(16) float As[MR][SKINNY_LD];
+    __shared__ float Red[TRANS_B ? 1 : 4][TRANS_B ? 1 : MR][GEMM_TILE];
     const int t = threadIdx.x;
     const int tc = TRANS_B ? t / 4 : t % GEMM_TILE; /* column within the tile */
-    const int tg = TRANS_B ? t % 4 : t / GEMM_TILE; /* which quarter of each k chunk */
+    const int tg = TRANS_B ? t % 4 : t / GEMM_TILE; /* which 16 k of each chunk */
     const int gc = col0 + tc;
     const bool vec = TRANS_B && ((size_t)job.B % 16 == 0) && job.ldb % 4 == 0; /* kbegin is a multiple of 16 */
-    float acc[SKINNY_M];
+    float acc[MR];
 #pragma unroll
-    for (int r = 0; r < SKINNY_M; r++) acc[r] = 0.f;
-    /* this thread's 16 weights of the chunk at k0 (zero outside the matrix) */
+    for (int r = 0; r < MR; r++) acc[r] = 0.f;
+    /* this thread's 16 weights k0 + tg·16 + i of the chunk at k0 (zero outside the matrix) */
     auto fetch = [&](int k0, float* w) {
-        if (TRANS_B) { /* k0 + tg·16 + i */
-            const float* src = job.B + (size_t)gc * job.ldb + k0 + tg * 16;
-            if (gc < job.n && vec && k0 + tg * 16 + 16 <= kend) {
+        const int kq = k0 + tg * 16;
+        if (TRANS_B) {
+            const float* src = job.B + (size_t)gc * job.ldb + kq;
+            if (gc < job.n && vec && kq + 16 <= kend) {
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
                     const float4 v = __ldg((const float4*)src + q);
@@ -676,43 +680,34 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
                 }
             } else {
 #pragma unroll
-                for (int i = 0; i < 16; i++) w[i] = gc < job.n && k0 + tg * 16 + i < kend ? src[i] : 0.f;
+                for (int i = 0; i < 16; i++) w[i] = gc < job.n && kq + i < kend ? src[i] : 0.f;
             }
-        } else { /* k0 + tg + 4·i */
+        } else {
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
-                const int gk = k0 + tg + 4 * i;
-                w[i] = gc < job.n && gk < kend ? job.B[(size_t)gk * job.ldb + gc] : 0.f;
-            }
+            for (int i = 0; i < 16; i++) w[i] = gc < job.n && kq + i < kend ? __ldg(job.B + (size_t)(kq + i) * job.ldb + gc) : 0.f;
         }
     };
-    /* Each chunk's weights are requested one chunk ahead, before that chunk's activation rows are
-       staged, so that a block waits about once per chunk rather than twice. */
     float w[16], wn[16];
     fetch(kbegin, w);
     for (int k0 = kbegin; k0 < kend; k0 += SKINNY_K) {
         if (k0 + SKINNY_K < kend) fetch(k0 + SKINNY_K, wn);
         __syncthreads();
-        for (int e = t; e < m * SKINNY_K; e += 256) {
+        for (int e = t; e < MR * SKINNY_K; e += 256) {
             const int r = e / SKINNY_K, kk = e % SKINNY_K, gk = k0 + kk;
-            As[r][kk + kk / 16] = gk < kend ? job.A[(size_t)r * job.lda + gk] : 0.f;
+            As[r][kk + kk / 16 * 4] = r < m && gk < kend ? job.A[(size_t)r * job.lda + gk] : 0.f;
         }
         __syncthreads();
 #pragma unroll
-        for (int r = 0; r < SKINNY_M; r++)
-            if (r < m) {
-                float a = acc[r];
-                if (TRANS_B) {
+        for (int q = 0; q < 4; q++)
 #pragma unroll
-                    for (int i = 0; i < 16; i++) a += As[r][tg * 17 + i] * w[i];
-                } else {
-#pragma unroll
-                    for (int i = 0; i < 16; i++) {
-                        const int kk = tg + 4 * i;
-                        a += As[r][kk + kk / 16] * w[i];
-                    }
-                }
-                acc[r] = a;
+            for (int r = 0; r < MR; r++) {
+                const float4 a = *(const float4*)&As[r][tg * 20 + 4 * q];
+                float v = acc[r];
+                v += a.x * w[4 * q];
+                v += a.y * w[4 * q + 1];
+                v += a.z * w[4 * q + 2];
+                v += a.w * w[4 * q + 3];
+                acc[r] = v;
             }
 #pragma unroll
         for (int i = 0; i < 16; i++) w[i] = wn[i];
@@ -727,7 +722,7 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
         /* The 4 threads of a column are 4 consecutive lanes: a butterfly gives each the same sum
            ((a+b)+(c+d), by commutativity); thread tg writes rows tg, tg+4, ... */
 #pragma unroll
-        for (int r = 0; r < SKINNY_M; r++) {
+        for (int r = 0; r < MR; r++) {
             float v = acc[r];
             v += __shfl_xor_sync(0xffffffffu, v, 1);
             v += __shfl_xor_sync(0xffffffffu, v, 2);
@@ -735,7 +730,7 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
         }
     } else {
 #pragma unroll
-        for (int r = 0; r < SKINNY_M; r++)
+        for (int r = 0; r < MR; r++)
             if (r < m) Red[tg][r][tc] = acc[r];
         __syncthreads();
         for (int e = t; e < m * GEMM_TILE; e += 256) {
@@ -762,7 +757,11 @@ template <> struct SkinnyGemm<float> {
     template <bool TRANS_B, int EPI>
     static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, int* counters, cudaStream_t stream) {
         if (max_m > SKINNY_M || !skinny_enabled()) return false;
-        k_gemm_skinny<TRANS_B, EPI><<<dim3(grid.x, 1, grid.z), 256, 0, stream>>>(jobs, ksplit, counters);
+        const dim3 g(grid.x, 1, grid.z);
+        if (max_m <= 4) k_gemm_skinny<TRANS_B, EPI, 4><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
+        else if (max_m <= 8) k_gemm_skinny<TRANS_B, EPI, 8><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
+        else if (max_m <= 16) k_gemm_skinny<TRANS_B, EPI, 16><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
+        else k_gemm_skinny<TRANS_B, EPI, 32><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
         return true;
     }
     static void preload();
@@ -1165,10 +1164,13 @@ void BigGemm4<float>::preload() {
     configure_kernel(k_gemm_big4<false, EPI_NONE>, 256, 0);
 }
 
+template <int MR> static void preload_skinny() {
+    configure_kernel(k_gemm_skinny<true, EPI_BIAS_CELU, MR>, 256, 0);
+    configure_kernel(k_gemm_skinny<false, EPI_DERIV, MR>, 256, 0);
+    configure_kernel(k_gemm_skinny<false, EPI_NONE, MR>, 256, 0);
+}
 void SkinnyGemm<float>::preload() {
-    configure_kernel(k_gemm_skinny<true, EPI_BIAS_CELU>, 256, 0);
-    configure_kernel(k_gemm_skinny<false, EPI_DERIV>, 256, 0);
-    configure_kernel(k_gemm_skinny<false, EPI_NONE>, 256, 0);
+    preload_skinny<4>(), preload_skinny<8>(), preload_skinny<16>(), preload_skinny<32>();
 }
 
 template <typename real> static void preload(const nnp_cuda_state* s) {
