@@ -77,10 +77,12 @@ PY
     done ;;
   profile)
     # Nsight Compute on the one-molecule case: the AEV kernels and the few-rows GEMM (needs hardware counters).
-    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 240 ncu --clock-control none --kernel-name regex:"${PROFILE_KERNELS:-k_aev|k_gemm_skinny}" --launch-skip 8 --launch-count 5 \
-      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
+    # PROFILE_KERNELS (regex), PROFILE_SKIP and PROFILE_COUNT (matching launches) choose the kernels.
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 240 ncu --clock-control none --kernel-name regex:"${PROFILE_KERNELS:-k_aev|k_gemm_skinny}" \
+      --launch-skip "${PROFILE_SKIP:-8}" --launch-count "${PROFILE_COUNT:-5}" \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
       "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
-    echo "ncu: exit $?"; grep -E "^  [a-z_]+.*\(|Duration|Elapsed Cycles|SM Frequency|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp Per|No Eligible|Stall|Local" "$out/ncu.txt" | head -n 80 ;;
+    echo "ncu: exit $?"; grep -E "^  [a-z_]+.*\(|Duration|Elapsed Cycles|SM Frequency|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp Per|No Eligible|Stall|Local|Hit Rate|Memory Throughput|Mem Busy|Max Bandwidth" "$out/ncu.txt" | head -n "${PROFILE_LINES:-80}" ;;
   kernels)
     # Per-kernel GPU times (Nsight Compute, gpu__time_duration) of bench_nnp at each of BENCH_SIZES
     # (default 1): KERNEL_COUNT launches after KERNEL_SKIP, averaged by kernel name.
