@@ -364,16 +364,11 @@ template <typename real> struct GemmJob {
     real* partial; /* split-K: ksplit × m × n partial sums, added in order by splitk_fixup */
 };
 
-/* The epilogue with column gc's bias already loaded (bias; unused without one). */
-template <typename real>
-__device__ __forceinline__ real epilogue_biased(int epi, const GemmJob<real>& job, int gr, int gc, real v, real bias) {
-    if (epi == EPI_BIAS || epi == EPI_BIAS_CELU) v += bias;
+template <typename real> __device__ __forceinline__ real epilogue(int epi, const GemmJob<real>& job, int gr, int gc, real v) {
+    if (epi == EPI_BIAS || epi == EPI_BIAS_CELU) v += job.bias[gc];
     if (epi == EPI_BIAS_CELU) v = celu(v);
     if (epi == EPI_DERIV) v *= celu_deriv_from_output(job.aux[(size_t)gr * job.ldaux + gc]);
     return v;
-}
-template <typename real> __device__ __forceinline__ real epilogue(int epi, const GemmJob<real>& job, int gr, int gc, real v) {
-    return epilogue_biased<real>(epi, job, gr, gc, v, epi == EPI_BIAS || epi == EPI_BIAS_CELU ? job.bias[gc] : (real)0);
 }
 
 /*
@@ -641,23 +636,19 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big4(const GemmJob<float>* __re
 
 /*
  * Few rows (m <= SKINNY_M, float32): the step after split-K for one or a few molecules. A block
- * covers 64 columns and one k-range for all m rows. Latency rules here (a few blocks per SM, a few
- * microseconds per launch), so every load is issued as early as it can be: the activation rows of
- * up to SKINNY_STAGE k are staged in shared memory at once (one round trip), the weights go
- * straight from global memory into registers two chunks (of SKINNY_K) ahead, each thread taking 16
- * consecutive k of a chunk (float4 loads along k for TRANS_B where aligned, coalesced along n
- * otherwise), and the bias is loaded at the start. MR (4, 8, 16 or 32, the launch's largest m
- * rounded up) bounds the row loop at compile time: rows m..MR-1 are zeros in shared memory, so no
- * row needs a predicate, each float4 read from shared memory feeds 4 multiply-adds and the MR rows'
- * sums are independent chains. The 4 partial sums of each output are added in a fixed order (a
- * shuffle tree, or shared memory), so the result does not depend on scheduling. Same grid (y = 1)
- * and split-K partial layout as k_gemm; the last block of each column tile adds the parts
- * (splitk_fixup).
+ * covers 64 columns and one k-range (chunks of SKINNY_K) for all m rows; the weights are read once,
+ * straight from global memory, each thread's 16 consecutive k of a chunk requested one chunk ahead
+ * (float4 loads along k for TRANS_B where aligned, coalesced along n otherwise), the activation rows
+ * staged in shared memory. MR (4, 8, 16 or 32, the launch's largest m rounded up) bounds the row
+ * loop at compile time: rows m..MR-1 are zeros in shared memory, so no row needs a predicate, each
+ * float4 read from shared memory feeds 4 multiply-adds and the MR rows' sums are independent chains.
+ * The 4 partial sums of each output are added in a fixed order (a shuffle tree, or shared memory),
+ * so the result does not depend on scheduling. Same grid (y = 1) and split-K partial layout as
+ * k_gemm; the last block of each column tile adds the parts (splitk_fixup).
  */
 #define SKINNY_M 32
 #define SKINNY_K 64
-#define SKINNY_STAGE 256 /* k staged at once (the default part length; longer parts take several stages) */
-#define SKINNY_LD (SKINNY_STAGE + SKINNY_STAGE / 4) /* 4 padding words per 16: the k-quarters' float4 reads in distinct banks */
+#define SKINNY_LD (SKINNY_K + SKINNY_K / 4) /* 4 padding words per 16: the k-quarters' float4 reads in distinct banks */
 template <bool TRANS_B, int EPI, int MR>
 __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
@@ -667,14 +658,12 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
     const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
     if (col0 >= job.n) return;
     __shared__ __align__(16) float As[MR][SKINNY_LD];
-    float(*Red)[MR][GEMM_TILE] = (float(*)[MR][GEMM_TILE])&As[0][0]; /* after the products (4·MR·64 <= MR·SKINNY_LD) */
+    __shared__ float Red[TRANS_B ? 1 : 4][TRANS_B ? 1 : MR][GEMM_TILE];
     const int t = threadIdx.x;
     const int tc = TRANS_B ? t / 4 : t % GEMM_TILE; /* column within the tile */
     const int tg = TRANS_B ? t % 4 : t / GEMM_TILE; /* which 16 k of each chunk */
     const int gc = col0 + tc;
     const bool vec = TRANS_B && ((size_t)job.B % 16 == 0) && job.ldb % 4 == 0; /* kbegin is a multiple of 16 */
-    const bool biased = (EPI == EPI_BIAS || EPI == EPI_BIAS_CELU) && ksplit == 1;
-    const float bias = biased && gc < job.n ? __ldg(job.bias + gc) : 0.f;
     float acc[MR];
 #pragma unroll
     for (int r = 0; r < MR; r++) acc[r] = 0.f;
@@ -698,41 +687,36 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
             for (int i = 0; i < 16; i++) w[i] = gc < job.n && kq + i < kend ? __ldg(job.B + (size_t)(kq + i) * job.ldb + gc) : 0.f;
         }
     };
-    float w[16], w1[16];
+    float w[16], wn[16];
     fetch(kbegin, w);
-    for (int s0 = kbegin; s0 < kend; s0 += SKINNY_STAGE) {
-        const int s1 = min(kend, s0 + SKINNY_STAGE);
-        const int width = (s1 - s0 + SKINNY_K - 1) / SKINNY_K * SKINNY_K; /* whole chunks, zeros past s1 */
-        if (s0 > kbegin) __syncthreads(); /* the previous stage's reads are done */
-#pragma unroll
-        for (int r = 0; r < MR; r++)
-            for (int kk = t; kk < width; kk += 256)
-                As[r][kk + kk / 16 * 4] = r < m && s0 + kk < s1 ? job.A[(size_t)r * job.lda + s0 + kk] : 0.f;
+    for (int k0 = kbegin; k0 < kend; k0 += SKINNY_K) {
+        if (k0 + SKINNY_K < kend) fetch(k0 + SKINNY_K, wn);
         __syncthreads();
-        for (int k0 = s0; k0 < s1; k0 += SKINNY_K) {
-            if (k0 + SKINNY_K < kend) fetch(k0 + SKINNY_K, w1);
-            const float* a_row = &As[0][(k0 - s0) / 16 * 20 + tg * 20];
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-#pragma unroll
-                for (int r = 0; r < MR; r++) {
-                    const float4 a = *(const float4*)(a_row + r * SKINNY_LD + 4 * q);
-                    float v = acc[r];
-                    v += a.x * w[4 * q];
-                    v += a.y * w[4 * q + 1];
-                    v += a.z * w[4 * q + 2];
-                    v += a.w * w[4 * q + 3];
-                    acc[r] = v;
-                }
-#pragma unroll
-            for (int i = 0; i < 16; i++) w[i] = w1[i];
+        for (int e = t; e < MR * SKINNY_K; e += 256) {
+            const int r = e / SKINNY_K, kk = e % SKINNY_K, gk = k0 + kk;
+            As[r][kk + kk / 16 * 4] = r < m && gk < kend ? job.A[(size_t)r * job.lda + gk] : 0.f;
         }
+        __syncthreads();
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int r = 0; r < MR; r++) {
+                const float4 a = *(const float4*)&As[r][tg * 20 + 4 * q];
+                float v = acc[r];
+                v += a.x * w[4 * q];
+                v += a.y * w[4 * q + 1];
+                v += a.z * w[4 * q + 2];
+                v += a.w * w[4 * q + 3];
+                acc[r] = v;
+            }
+#pragma unroll
+        for (int i = 0; i < 16; i++) w[i] = wn[i];
     }
     auto put = [&](int r, int c, float v) {
         int g = col0 + c;
         if (r >= m || g >= job.n) return;
         if (ksplit > 1) job.partial[((size_t)part * m + r) * job.n + g] = v;
-        else job.C[(size_t)r * job.ldc + g] = epilogue_biased<float>(EPI, job, r, g, v, bias);
+        else job.C[(size_t)r * job.ldc + g] = epilogue<float>(EPI, job, r, g, v);
     };
     if (TRANS_B) {
         /* The 4 threads of a column are 4 consecutive lanes: a butterfly gives each the same sum
@@ -745,14 +729,12 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
             if ((r & 3) == tg) put(r, tc, v);
         }
     } else {
-        __syncthreads(); /* every thread's reads of As are done */
 #pragma unroll
         for (int r = 0; r < MR; r++)
             if (r < m) Red[tg][r][tc] = acc[r];
         __syncthreads();
         for (int e = t; e < m * GEMM_TILE; e += 256) {
             int r = e / GEMM_TILE, c = e % GEMM_TILE;
-            /* bias: only forward (TRANS_B) launches have one */
             put(r, c, ((Red[0][r][c] + Red[1][r][c]) + Red[2][r][c]) + Red[3][r][c]);
         }
     }
