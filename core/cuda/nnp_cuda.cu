@@ -91,6 +91,8 @@ template <typename real> struct AevParams {
     /* Where each block of features sits in the stored (live) AEV row, or -1: the radial block of
        each neighbour element and the angular block of each element pair (see live_blocks). */
     int radial_at[NNP_MAX_ELEMENTS], angular_at[NNP_MAX_PAIRS];
+    int angular0; /* stored column of the first angular feature (the live radial features' count) */
+    real cosShfZ[NNP_MAX_TERMS], sinShfZ[NNP_MAX_TERMS]; /* cos(θ − ShfZ) = cos θ cos ShfZ + sin θ sin ShfZ */
 };
 
 template <typename real> struct Box {
@@ -202,16 +204,23 @@ template <typename real> __device__ __forceinline__ real cutoff_deriv(real d, re
     return (real)(-0.5 * NNP_PI_F) / rc * dsin((real)NNP_PI_F * d / rc);
 }
 
-/* Loads atom i's neighbours into shared memory and lists those within Rca, in order. */
+/* Loads atom i's neighbours into shared memory (with their cutoff values and derivatives at Rcr
+   and Rca, computed once per neighbour rather than per feature or pair) and lists those within Rca,
+   in order. */
 template <typename real>
 __device__ int load_neighbors(int i, int capacity, const int* __restrict__ count, const int* __restrict__ nbr_index,
                               const typename real4_of<real>::type* __restrict__ nbr_vec, const int* __restrict__ element,
-                              real Rca, typename real4_of<real>::type* s_vec, int* s_el, int* s_ang, int* s_nang,
-                              int* s_scan) {
+                              real Rcr, real Rca, typename real4_of<real>::type* s_vec, typename real4_of<real>::type* s_cut,
+                              int* s_el, int* s_ang, int* s_nang, int* s_scan) {
     int nn = count[i];
     for (int a = threadIdx.x; a < nn; a += blockDim.x) {
-        s_vec[a] = nbr_vec[(size_t)i * capacity + a];
+        const typename real4_of<real>::type v = nbr_vec[(size_t)i * capacity + a];
+        s_vec[a] = v;
         s_el[a] = element[nbr_index[(size_t)i * capacity + a]];
+        typename real4_of<real>::type c;
+        c.x = cutoff_fn(v.w, Rcr), c.y = cutoff_deriv(v.w, Rcr);
+        c.z = v.w <= Rca ? cutoff_fn(v.w, Rca) : (real)0, c.w = v.w <= Rca ? cutoff_deriv(v.w, Rca) : (real)0;
+        s_cut[a] = c;
     }
     __syncthreads();
     /* Order-preserving compaction of the angular neighbours: one chunk of blockDim at a time. */
@@ -245,6 +254,33 @@ template <typename real> __device__ void load_params(const AevParams<real>* __re
     __syncthreads();
 }
 
+/* The AEV kernels' common start: parameters and atom i's neighbours in shared memory. The dynamic
+   shared memory holds, per neighbour slot, the vector (x, y, z, distance), the cutoff values, the
+   element and the angular list; `rest` is what follows (aev_smem_base bytes in all). */
+template <typename real> struct AevAtom {
+    typename real4_of<real>::type *vec, *cut;
+    int *el, *ang;
+    void* rest;
+    int nn, na; /* neighbours, and those within Rca */
+};
+static size_t aev_smem_base(int capacity, size_t real_size) { return (size_t)capacity * (8 * real_size + 2 * sizeof(int)); }
+template <typename real>
+__device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __restrict__ params, AevParams<real>& P, int i,
+                                  int capacity, const int* __restrict__ count, const int* __restrict__ nbr_index,
+                                  const typename real4_of<real>::type* __restrict__ nbr_vec, const int* __restrict__ element,
+                                  int* s_nang, int* s_scan) {
+    AevAtom<real> a;
+    a.vec = (typename real4_of<real>::type*)smem;
+    a.cut = a.vec + capacity;
+    a.el = (int*)(a.cut + capacity);
+    a.ang = a.el + capacity;
+    a.rest = a.ang + capacity;
+    load_params(params, P);
+    a.nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rcr, P.Rca, a.vec, a.cut, a.el, a.ang, s_nang, s_scan);
+    a.na = *s_nang;
+    return a;
+}
+
 /* AEVs, one block per atom (rows in element order). acc_stride > 0 selects the pair-parallel
    angular path and is the length of each warp's accumulator row in the dynamic shared memory. */
 template <typename real>
@@ -254,15 +290,12 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
                                                      const int* __restrict__ element, real* __restrict__ aev, int ld,
                                                      int acc_stride) {
     extern __shared__ unsigned char smem[];
-    typename real4_of<real>::type* s_vec = (typename real4_of<real>::type*)smem;
-    int* s_el = (int*)(s_vec + capacity);
-    int* s_ang = s_el + capacity;
     __shared__ int s_nang, s_scan[AEV_MAX_THREADS / 32];
     __shared__ AevParams<real> P;
-    load_params(params, P);
-    int row = blockIdx.x, i = row_atom[row];
-    int nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rca, s_vec, s_el, s_ang, &s_nang, s_scan);
-    int na = s_nang;
+    const int row = blockIdx.x;
+    const AevAtom<real> at = aev_atom<real>(smem, params, P, row_atom[row], capacity, count, nbr_index, nbr_vec, element, &s_nang, s_scan);
+    const typename real4_of<real>::type *s_vec = at.vec, *s_cut = at.cut;
+    const int *s_el = at.el, *s_ang = at.ang, nn = at.nn, na = at.na;
     real* out = aev + (size_t)row * ld;
     /* Radial features: one thread each, summing over the neighbours in order (only the live blocks:
        the others are zero for every atom and are not stored). */
@@ -273,7 +306,7 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
         for (int a = 0; a < nn; a++) {
             if (s_el[a] != sp) continue;
             real d = s_vec[a].w, x = d - shf;
-            sum += (real)0.25 * dexp(-eta * x * x) * cutoff_fn(d, P.Rcr);
+            sum += (real)0.25 * dexp(-eta * x * x) * s_cut[a].x;
         }
         out[P.radial_at[sp] + t] = sum;
     }
@@ -284,7 +317,7 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
            the warp's own accumulator row in shared memory; the W rows are then added in warp order. The
            pairs each warp sees and the order of every sum are fixed, so the result is the same on
            every run. */
-        real* s_acc = (real*)(s_ang + capacity);
+        real* s_acc = (real*)at.rest;
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
         for (int k = threadIdx.x; k < nwarps * acc_stride; k += blockDim.x) s_acc[k] = 0;
         __syncthreads();
@@ -292,29 +325,28 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
         const int t = active ? lane : 0;
         const int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
                   ea = t / (P.nShfZ * P.nShfA * P.nZeta);
-        const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz];
-        real* mine = s_acc + warp * acc_stride;
+        const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz];
+        real* mine = s_acc + warp * acc_stride - P.angular0; /* indexed by stored column */
         int p = 0, rem = warp; /* pair e = (p, p + 1 + rem) over the angular list */
         while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
         for (int e = warp; e < n_pairs; e += nwarps) {
             const int ja = s_ang[p], ka = s_ang[p + 1 + rem];
             const typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
             const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / fmax(u.w * v.w, (real)1e-10);
-            const real theta = dacos((real)0.95 * c), x = (real)0.5 * (u.w + v.w) - shfA;
-            const real fc = cutoff_fn(u.w, P.Rca) * cutoff_fn(v.w, P.Rca);
-            const int sp = P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]];
-            if (active)
-                mine[sp * P.angular_sub + t] += (real)2 * dpow((real)0.5 * ((real)1 + dcos(theta - shfZ)), zeta) * dexp(-etaA * x * x) * fc;
+            const real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct); /* cos θ, sin θ (θ = acos(0.95 c)) */
+            const real x = (real)0.5 * (u.w + v.w) - shfA;
+            const real fc = s_cut[ja].z * s_cut[ka].z;
+            const int col = P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]];
+            if (active && col >= 0) /* live by construction (see live_blocks) */
+                mine[col + t] += (real)2 * dpow((real)0.5 * ((real)1 + ct * cosZ + st * sinZ), zeta) * dexp(-etaA * x * x) * fc;
             rem += nwarps;
             while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
         }
         __syncthreads();
         for (int f = threadIdx.x; f < acc_stride; f += blockDim.x) {
-            const int at = P.angular_at[f / P.angular_sub];
-            if (at < 0) continue;
             real sum = 0;
             for (int w = 0; w < nwarps; w++) sum += s_acc[w * acc_stride + f];
-            out[at + f % P.angular_sub] = sum;
+            out[P.angular0 + f] = sum;
         }
     } else {
         /* General parameter sets: one thread per angular feature, over all pairs in order. */
@@ -323,7 +355,7 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
             if (P.angular_at[pair] < 0) continue;
             int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
                 ea = t / (P.nShfZ * P.nShfA * P.nZeta);
-            real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz], sum = 0;
+            real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz], sum = 0;
             for (int p = 0; p < na; p++) {
                 int ja = s_ang[p];
                 for (int q = p + 1; q < na; q++) {
@@ -332,10 +364,10 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
                     typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
                     real dj = u.w, dk = v.w;
                     real c = (u.x * v.x + u.y * v.y + u.z * v.z) / fmax(dj * dk, (real)1e-10);
-                    real theta = dacos((real)0.95 * c);
+                    real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct);
                     real x = (real)0.5 * (dj + dk) - shfA;
-                    real f1 = dpow((real)0.5 * ((real)1 + dcos(theta - shfZ)), zeta);
-                    sum += (real)2 * f1 * dexp(-etaA * x * x) * cutoff_fn(dj, P.Rca) * cutoff_fn(dk, P.Rca);
+                    real f1 = dpow((real)0.5 * ((real)1 + ct * cosZ + st * sinZ), zeta);
+                    sum += (real)2 * f1 * dexp(-etaA * x * x) * s_cut[ja].z * s_cut[ka].z;
                 }
             }
             out[P.angular_at[pair] + t] = sum;
@@ -849,21 +881,18 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
                                                               unsigned long long* __restrict__ forces, long long stride,
                                                               double unit) {
     extern __shared__ unsigned char smem[];
-    typename real4_of<real>::type* s_vec = (typename real4_of<real>::type*)smem;
-    int* s_el = (int*)(s_vec + capacity);
-    int* s_ang = s_el + capacity;
     __shared__ int s_nang, s_scan[AEV_THREADS / 32];
     __shared__ AevParams<real> P;
-    load_params(params, P);
-    int row = blockIdx.x, i = row_atom[row];
-    int nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rca, s_vec, s_el, s_ang, &s_nang, s_scan);
-    int na = s_nang;
+    const int row = blockIdx.x, i = row_atom[row];
+    const AevAtom<real> at = aev_atom<real>(smem, params, P, i, capacity, count, nbr_index, nbr_vec, element, &s_nang, s_scan);
+    const typename real4_of<real>::type *s_vec = at.vec, *s_cut = at.cut;
+    const int *s_el = at.el, *s_ang = at.ang, nn = at.nn, na = at.na;
     const real* g = daev + (size_t)row * ld;
     const int* nbr = nbr_index + (size_t)i * capacity;
     const int fi = force_index[i], slice = SPLIT ? blockIdx.y : 0, slices = SPLIT ? gridDim.y : 1;
     double fsum[3] = {0, 0, 0};
     for (int a = slice * blockDim.x + threadIdx.x; a < nn; a += slices * blockDim.x) {
-        real d = s_vec[a].w, fc = cutoff_fn(d, P.Rcr), dfc = cutoff_deriv(d, P.Rcr);
+        real d = s_vec[a].w, fc = s_cut[a].x, dfc = s_cut[a].y;
         const real* gr = g + P.radial_at[s_el[a]]; /* live: this neighbour has that element */
         real s_d = 0;
         for (int t = 0; t < P.radial_sub; t++) {
@@ -883,7 +912,7 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
         const int t = active ? lane : 0;
         const int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
                   ea = t / (P.nShfZ * P.nShfA * P.nZeta);
-        const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], shfZ = P.ShfZ[sz];
+        const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz];
         const int n_pairs = na * (na - 1) / 2, step = slices * nwarps, first = slice * nwarps + warp;
         double f_center = 0; /* lane k < 3: component k of the central atom's angular part */
         int p = 0, rem = first;
@@ -893,17 +922,18 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
             const typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
             const real dj = u.w, dk = v.w, denom = fmax(dj * dk, (real)1e-10);
             const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
-            const real theta = dacos((real)0.95 * c);
-            const real fj = cutoff_fn(dj, P.Rca), fk = cutoff_fn(dk, P.Rca);
-            const real dfj = cutoff_deriv(dj, P.Rca), dfk = cutoff_deriv(dk, P.Rca);
+            const real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct); /* cos θ, sin θ (θ = acos(0.95 c)) */
+            const real fj = s_cut[ja].z, fk = s_cut[ka].z, dfj = s_cut[ja].w, dfk = s_cut[ka].w;
             real s_theta = 0, s_dj = 0, s_dk = 0;
             if (active) {
-                const real w = g[P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]] + t];
+                const int col = P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]];
+                const real w = col >= 0 ? g[col + t] : (real)0; /* live by construction (see live_blocks) */
                 const real x = (real)0.5 * (dj + dk) - shfA;
                 const real f2 = dexp(-etaA * x * x), df2 = f2 * ((real)-2 * etaA * x) * (real)0.5;
-                const real base = (real)0.5 * ((real)1 + dcos(theta - shfZ));
+                const real base = (real)0.5 * ((real)1 + ct * cosZ + st * sinZ); /* ½(1 + cos(θ − ShfZ)) */
                 const real f1 = dpow(base, zeta);
-                const real df1 = zeta * dpow(base, zeta - (real)1) * ((real)-0.5 * dsin(theta - shfZ));
+                const real df1 = zeta * (base > (real)0 ? f1 / base : dpow(base, zeta - (real)1)) *
+                                 ((real)-0.5 * (st * cosZ - ct * sinZ)); /* −½ sin(θ − ShfZ) */
                 s_theta = w * (real)2 * df1 * f2 * fj * fk;
                 s_dj = w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
                 s_dk = w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
@@ -915,7 +945,7 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
                 s_dk += __shfl_xor_sync(0xffffffffu, s_dk, off);
             }
             if (lane < 3) {
-                const real s_c = s_theta * ((real)-0.95 / dsqrt((real)1 - (real)0.9025 * c * c));
+                const real s_c = s_theta * ((real)-0.95 / st);
                 const real uk = lane == 0 ? u.x : lane == 1 ? u.y : u.z, vk = lane == 0 ? v.x : lane == 1 ? v.y : v.z;
                 const real dc_du = vk / denom - c * uk / (dj * dj), dc_dv = uk / denom - c * vk / (dk * dk);
                 const double gu = (double)(s_dj * uk / dj + s_c * dc_du), gv = (double)(s_dk * vk / dk + s_c * dc_dv);
@@ -939,9 +969,8 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
             real dj = u.w, dk = v.w;
             real denom = fmax(dj * dk, (real)1e-10);
             real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
-            real theta = dacos((real)0.95 * c);
-            real fj = cutoff_fn(dj, P.Rca), fk = cutoff_fn(dk, P.Rca);
-            real dfj = cutoff_deriv(dj, P.Rca), dfk = cutoff_deriv(dk, P.Rca);
+            real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct); /* cos θ, sin θ (θ = acos(0.95 c)) */
+            real fj = s_cut[ja].z, fk = s_cut[ka].z, dfj = s_cut[ja].w, dfk = s_cut[ka].w;
             real avg = (real)0.5 * (dj + dk);
             const real* ga = g + P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]];
             real s_theta = 0, s_dj = 0, s_dk = 0;
@@ -953,16 +982,18 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
                         real f2 = dexp(-P.EtaA[ea] * x * x);
                         real df2 = f2 * ((real)-2 * P.EtaA[ea] * x) * (real)0.5;
                         for (int sz = 0; sz < P.nShfZ; sz++, t++) {
-                            real base = (real)0.5 * ((real)1 + dcos(theta - P.ShfZ[sz]));
+                            const real cz = P.cosShfZ[sz], sz_ = P.sinShfZ[sz];
+                            real base = (real)0.5 * ((real)1 + ct * cz + st * sz_); /* ½(1 + cos(θ − ShfZ)) */
                             real f1 = dpow(base, P.Zeta[z]);
-                            real df1 = P.Zeta[z] * dpow(base, P.Zeta[z] - (real)1) * ((real)-0.5 * dsin(theta - P.ShfZ[sz]));
+                            real df1 = P.Zeta[z] * (base > (real)0 ? f1 / base : dpow(base, P.Zeta[z] - (real)1)) *
+                                       ((real)-0.5 * (st * cz - ct * sz_)); /* −½ sin(θ − ShfZ) */
                             real w = ga[t];
                             s_theta += w * (real)2 * df1 * f2 * fj * fk;
                             s_dj += w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
                             s_dk += w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
                         }
                     }
-            real s_c = s_theta * ((real)-0.95 / dsqrt((real)1 - (real)0.9025 * c * c));
+            real s_c = s_theta * ((real)-0.95 / st);
             real uu[3] = {u.x, u.y, u.z}, vv[3] = {v.x, v.y, v.z};
             int fjx = force_index[nbr[ja]], fkx = force_index[nbr[ka]];
             for (int k = 0; k < 3; k++) {
@@ -1097,7 +1128,7 @@ struct nnp_cuda_state {
     int fwd_aligned[NNP_MAX_LAYERS], bwd_aligned[NNP_MAX_LAYERS]; /* operands 16-byte aligned (k_gemm_big4) */   /* largest m of a launch's jobs */
     void* partial;    /* split-K workspace, shared by the launches (they run in order) */
     int* counters;    /* split-K tile counters (zero between launches), shared likewise */
-    int aev_live; /* stored AEV row length (live blocks, see live_blocks) */
+    int aev_live, aev_angular0; /* stored AEV row length and first angular column (live blocks, see live_blocks) */
     int aev_acc_stride, aev_threads, bwd_slices; /* AEV kernels' shapes (see k_aev, k_aev_backward) */
     size_t aev_shmem, bwd_shmem;
     int* host_flags; /* pinned: flags of the latest evaluation, copied asynchronously */
@@ -1207,7 +1238,7 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
  * live_feature (the model's feature index of each stored column); returns the stored row length.
  * NNP_CUDA_COMPACT=0 keeps every block (for comparisons).
  */
-static int live_blocks(const nnp_plan* plan, int* radial_at, int* angular_at, int* live_feature) {
+static int live_blocks(const nnp_plan* plan, int* radial_at, int* angular_at, int* live_feature, int* angular0) {
     const nnp_model* m = plan->model;
     const int E = m->n_elements, n = plan->n_atoms;
     const int keep_all = getenv("NNP_CUDA_COMPACT") && atoi(getenv("NNP_CUDA_COMPACT")) == 0;
@@ -1234,6 +1265,7 @@ static int live_blocks(const nnp_plan* plan, int* radial_at, int* angular_at, in
         radial_at[a] = radial_live[a] ? length : -1;
         for (int t = 0; radial_live[a] && t < m->radial_sub; t++) live_feature[length++] = a * m->radial_sub + t;
     }
+    *angular0 = length;
     const int n_pairs = (m->aev_length - m->radial_length) / m->angular_sub;
     for (int p = 0; p < n_pairs; p++) {
         int live = 0;
@@ -1245,7 +1277,8 @@ static int live_blocks(const nnp_plan* plan, int* radial_at, int* angular_at, in
     return length;
 }
 
-template <typename real> static AevParams<real> aev_params(const nnp_model* m, const int* radial_at, const int* angular_at) {
+template <typename real>
+static AevParams<real> aev_params(const nnp_model* m, const int* radial_at, const int* angular_at, int angular0) {
     AevParams<real> P;
     memset(&P, 0, sizeof P);
     const nnp_aev_params* p = &m->aev;
@@ -1257,10 +1290,12 @@ template <typename real> static AevParams<real> aev_params(const nnp_model* m, c
     for (int k = 0; k < p->nZeta; k++) P.Zeta[k] = (real)p->Zeta[k];
     for (int k = 0; k < p->nShfA; k++) P.ShfA[k] = (real)p->ShfA[k];
     for (int k = 0; k < p->nShfZ; k++) P.ShfZ[k] = (real)p->ShfZ[k];
+    for (int k = 0; k < p->nShfZ; k++) P.cosShfZ[k] = (real)cos(p->ShfZ[k]), P.sinShfZ[k] = (real)sin(p->ShfZ[k]);
     P.n_elements = m->n_elements, P.radial_sub = m->radial_sub, P.angular_sub = m->angular_sub;
     P.radial_length = m->radial_length, P.aev_length = m->aev_length;
     for (int a = 0; a < m->n_elements; a++)
         for (int b = 0; b < m->n_elements; b++) P.pair_index[a * NNP_MAX_ELEMENTS + b] = m->pair_index[a][b];
+    P.angular0 = angular0;
     for (int a = 0; a < NNP_MAX_ELEMENTS; a++) P.radial_at[a] = a < m->n_elements ? radial_at[a] : -1;
     for (int p = 0; p < NNP_MAX_PAIRS; p++) P.angular_at[p] = p < (m->aev_length - m->radial_length) / m->angular_sub ? angular_at[p] : -1;
     return P;
@@ -1316,7 +1351,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     /* The stored AEV: live blocks only (A = live length, columns live_feature). */
     int radial_at[NNP_MAX_ELEMENTS], angular_at[NNP_MAX_PAIRS];
     int* live_feature = (int*)malloc(sizeof(int) * (m->aev_length + 1));
-    s->aev_live = live_blocks(plan, radial_at, angular_at, live_feature);
+    s->aev_live = live_blocks(plan, radial_at, angular_at, live_feature, &s->aev_angular0);
     /* Weights in `real`: per element, the first layer of all members stacked ([M·W0 × A] and
        [M·W0], the live columns only); deeper hidden layers per member; the output layer stacked ([M × W_last], [M]). */
     size_t total = 0;
@@ -1507,8 +1542,8 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         cudaGetDevice(&device);
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-        const size_t base = (size_t)s->capacity * (4 * sizeof(real) + 2 * sizeof(int));
-        const int stride = m->aev_length - m->radial_length;
+        const size_t base = aev_smem_base(s->capacity, sizeof(real));
+        const int stride = s->aev_live - s->aev_angular0; /* live angular features */
         const size_t static_smem = sizeof(AevParams<real>) + 1024;
         s->aev_threads = n < sms ? AEV_MAX_THREADS : AEV_THREADS;
         size_t acc = (size_t)(s->aev_threads / 32) * stride * sizeof(real);
@@ -1525,7 +1560,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     free(partial_at);
     TRY_ALLOC(s->jobs, sizeof(GemmJob<real>) * (nj + 1));
     TRY_ALLOC(s->aev_params, sizeof(AevParams<real>));
-    AevParams<real> P = aev_params<real>(m, radial_at, angular_at);
+    AevParams<real> P = aev_params<real>(m, radial_at, angular_at, s->aev_angular0);
     /* Output layer jobs, one per element present. */
     OutputJob<real> ojobs[NNP_MAX_ELEMENTS];
     s->n_out_jobs = 0;
