@@ -774,137 +774,11 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
         splitk_fixup<float, EPI>(job, ksplit, 0, m, col0, GEMM_TILE, counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x);
 }
 
-/*
- * Few rows, at most 16 (float32), with 16 times the threads: the shape of one molecule's layers,
- * where k_gemm_skinny leaves each SM a few warps walking long dependent chains. A block of 1,024
- * threads covers 64 columns and up to WIDE_K = 256 k at a time in 16 groups of 16 consecutive k,
- * one (column, group) per thread: its 16 weights come straight from global memory (float4 along k
- * for TRANS_B where aligned, coalesced along n otherwise) while the activation rows are staged in
- * shared memory. The 16 groups' partial sums are combined by a fixed reduce-scatter: TRANS_B puts a
- * column's 16 groups in one half-warp (4 shuffle steps leave each lane one row's sum); otherwise
- * lanes run along the columns, 4 groups per warp are combined by shuffles and the 4 warp groups in
- * shared memory, in order. Same grid, split-K layout and fix-up as k_gemm_skinny.
- */
-#define WIDE_M 16
-#define WIDE_K 256
-#define WIDE_LD (WIDE_K + WIDE_K / 4) /* 4 padding words per 16: the groups' float4 reads in distinct banks */
-template <bool TRANS_B, int EPI, int MR>
-__global__ void __launch_bounds__(1024) k_gemm_wide(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
-    const GemmJob<float> job = jobs[blockIdx.z / ksplit];
-    const int part = blockIdx.z % ksplit;
-    const int kc = ((job.k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
-    const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
-    const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
-    if (col0 >= job.n) return;
-    __shared__ __align__(16) float As[MR][WIDE_LD];
-    __shared__ float Red[TRANS_B ? 1 : 4][TRANS_B ? 1 : MR][GEMM_TILE];
-    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-    const int tc = TRANS_B ? 2 * warp + lane / 16 : lane % 8 + 8 * (warp % 8); /* column within the tile */
-    const int tg = TRANS_B ? lane % 16 : lane / 8 + 4 * (warp / 8);            /* group of 16 k */
-    const int gc = col0 + tc;
-    const bool vec = TRANS_B && ((size_t)job.B % 16 == 0) && job.ldb % 4 == 0; /* kbegin is a multiple of 16 */
-    float acc[MR];
-#pragma unroll
-    for (int r = 0; r < MR; r++) acc[r] = 0.f;
-    for (int s0 = kbegin; s0 < kend; s0 += WIDE_K) {
-        const int s1 = min(kend, s0 + WIDE_K), kq = s0 + tg * 16;
-        float w[16];
-        if (TRANS_B) {
-            const float* src = job.B + (size_t)gc * job.ldb + kq;
-            if (gc < job.n && vec && kq + 16 <= s1) {
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const float4 v = __ldg((const float4*)src + q);
-                    w[4 * q] = v.x, w[4 * q + 1] = v.y, w[4 * q + 2] = v.z, w[4 * q + 3] = v.w;
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < 16; i++) w[i] = gc < job.n && kq + i < s1 ? __ldg(src + i) : 0.f;
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < 16; i++) w[i] = gc < job.n && kq + i < s1 ? __ldg(job.B + (size_t)(kq + i) * job.ldb + gc) : 0.f;
-        }
-        if (s0 > kbegin) __syncthreads(); /* the previous stage's reads are done */
-        for (int e = t; e < MR * WIDE_K; e += 1024) {
-            const int r = e / WIDE_K, kk = e % WIDE_K;
-            As[r][kk + kk / 16 * 4] = r < m && s0 + kk < s1 ? job.A[(size_t)r * job.lda + s0 + kk] : 0.f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-#pragma unroll
-            for (int r = 0; r < MR; r++) {
-                const float4 a = *(const float4*)&As[r][tg * 20 + 4 * q];
-                float v = acc[r];
-                v += a.x * w[4 * q];
-                v += a.y * w[4 * q + 1];
-                v += a.z * w[4 * q + 2];
-                v += a.w * w[4 * q + 3];
-                acc[r] = v;
-            }
-    }
-    /* Reduce-scatter over the lanes that differ in bits `first`, first/2, ... (steps of them): each
-       step keeps half of the rows (the upper half where the lane's bit is set) and adds the partner's
-       copy of that half; once one row is left, the remaining steps add both copies (the same bits in
-       both lanes). `row` is the first row a lane then holds. */
-    auto reduce_scatter = [&](int first, int steps, int& row) {
-        row = 0;
-#pragma unroll
-        for (int step = 0; step < 4; step++) {
-            if (step >= steps) break;
-            const int o = first >> step, count = MR >> step;
-            if (count > 1) {
-                const bool upper = (lane & o) != 0;
-#pragma unroll
-                for (int i = 0; i < count / 2; i++) {
-                    const float send = upper ? acc[i] : acc[i + count / 2];
-                    const float keep = upper ? acc[i + count / 2] : acc[i];
-                    acc[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-                }
-                if (upper) row += count / 2;
-            } else {
-                acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
-            }
-        }
-    };
-    auto put = [&](int r, int c, float v) {
-        int g = col0 + c;
-        if (r >= m || g >= job.n) return;
-        if (ksplit > 1) job.partial[((size_t)part * m + r) * job.n + g] = v;
-        else job.C[(size_t)r * job.ldc + g] = epilogue<float>(EPI, job, r, g, v);
-    };
-    int row;
-    if (TRANS_B) {
-        reduce_scatter(8, 4, row); /* the 16 lanes of a half-warp: one row each (MR = 16), or copies */
-        const int copies = 16 / MR; /* lanes holding the same row: the lowest of them writes */
-        if (lane % copies == 0) put(row, tc, acc[0]);
-    } else {
-        reduce_scatter(16, 2, row); /* the 4 groups of a warp: MR/4 rows per lane */
-#pragma unroll
-        for (int j = 0; j < MR / 4; j++)
-            if (row + j < m) Red[warp / 8][row + j][tc] = acc[j];
-        __syncthreads();
-        for (int e = t; e < m * GEMM_TILE; e += 1024) {
-            const int r = e / GEMM_TILE, c = e % GEMM_TILE;
-            put(r, c, ((Red[0][r][c] + Red[1][r][c]) + Red[2][r][c]) + Red[3][r][c]);
-        }
-    }
-    if (ksplit > 1)
-        splitk_fixup<float, EPI>(job, ksplit, 0, m, col0, GEMM_TILE, counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x);
-}
-
 /* Chooses the few-rows kernel where it applies (float32, m <= SKINNY_M; NNP_CUDA_SKINNY=0 turns it
    off for comparisons). */
 static int skinny_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) enabled = !(getenv("NNP_CUDA_SKINNY") && atoi(getenv("NNP_CUDA_SKINNY")) == 0);
-    return enabled;
-}
-/* The 1,024-thread kernel for at most WIDE_M rows (NNP_CUDA_WIDE=0: k_gemm_skinny instead). */
-static int wide_enabled(void) {
-    static int enabled = -1;
-    if (enabled < 0) enabled = !(getenv("NNP_CUDA_WIDE") && atoi(getenv("NNP_CUDA_WIDE")) == 0);
     return enabled;
 }
 template <typename real> struct SkinnyGemm {
@@ -916,11 +790,7 @@ template <> struct SkinnyGemm<float> {
     static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, int* counters, cudaStream_t stream) {
         if (max_m > SKINNY_M || !skinny_enabled()) return false;
         const dim3 g(grid.x, 1, grid.z);
-        if (max_m <= WIDE_M && wide_enabled()) {
-            if (max_m <= 4) k_gemm_wide<TRANS_B, EPI, 4><<<g, 1024, 0, stream>>>(jobs, ksplit, counters);
-            else if (max_m <= 8) k_gemm_wide<TRANS_B, EPI, 8><<<g, 1024, 0, stream>>>(jobs, ksplit, counters);
-            else k_gemm_wide<TRANS_B, EPI, 16><<<g, 1024, 0, stream>>>(jobs, ksplit, counters);
-        } else if (max_m <= 4) k_gemm_skinny<TRANS_B, EPI, 4><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
+        if (max_m <= 4) k_gemm_skinny<TRANS_B, EPI, 4><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
         else if (max_m <= 8) k_gemm_skinny<TRANS_B, EPI, 8><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
         else if (max_m <= 16) k_gemm_skinny<TRANS_B, EPI, 16><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
         else k_gemm_skinny<TRANS_B, EPI, 32><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
@@ -1329,11 +1199,6 @@ template <int MR> static void preload_skinny() {
     configure_kernel(k_gemm_skinny<true, EPI_BIAS_CELU, MR>, 256, 0);
     configure_kernel(k_gemm_skinny<false, EPI_DERIV, MR>, 256, 0);
     configure_kernel(k_gemm_skinny<false, EPI_NONE, MR>, 256, 0);
-    if (MR <= WIDE_M) {
-        configure_kernel(k_gemm_wide<true, EPI_BIAS_CELU, (MR <= WIDE_M ? MR : WIDE_M)>, 1024, 0);
-        configure_kernel(k_gemm_wide<false, EPI_DERIV, (MR <= WIDE_M ? MR : WIDE_M)>, 1024, 0);
-        configure_kernel(k_gemm_wide<false, EPI_NONE, (MR <= WIDE_M ? MR : WIDE_M)>, 1024, 0);
-    }
 }
 void SkinnyGemm<float>::preload() {
     preload_skinny<4>(), preload_skinny<8>(), preload_skinny<16>(), preload_skinny<32>();
