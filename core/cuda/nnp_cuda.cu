@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define NNP_CUDA_MAX_CLASSES 8 /* classes of first-layer prefixes (see aev_layout) */
 #define NNP_CUDA_MAX_NEIGHBORS 512 /* per atom, for batches larger than this plus one */
 #define NNP_PI_F 3.14159265358979323846
 #define NNP_CUDA_STAGES 7 /* positions+neighbours, AEV, forward, output, backward, forces, batch sums */
@@ -1128,7 +1129,9 @@ struct nnp_cuda_state {
     int fwd_aligned[NNP_MAX_LAYERS], bwd_aligned[NNP_MAX_LAYERS]; /* operands 16-byte aligned (k_gemm_big4) */   /* largest m of a launch's jobs */
     void* partial;    /* split-K workspace, shared by the launches (they run in order) */
     int* counters;    /* split-K tile counters (zero between launches), shared likewise */
-    int aev_live, aev_angular0; /* stored AEV row length and first angular column (live blocks, see live_blocks) */
+    int aev_live, aev_angular0; /* stored AEV row length and first angular column (see aev_layout) */
+    int n_classes, class_len[NNP_CUDA_MAX_CLASSES]; /* first-layer prefix of each class of batches */
+    int class_rows[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES], class_row0[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES];
     int aev_acc_stride, aev_threads, bwd_slices; /* AEV kernels' shapes (see k_aev, k_aev_backward) */
     size_t aev_shmem, bwd_shmem;
     int* host_flags; /* pinned: flags of the latest evaluation, copied asynchronously */
@@ -1228,52 +1231,123 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
 }
 
 /*
- * The AEV's live blocks. Neighbours are atoms of the same batch, so the radial block of element a
- * can be non-zero only if some batch holds an atom of a, and the angular block of the pair (a, b)
- * only if some batch holds an a and a b (two a's when a = b). The other blocks are zero for every
- * atom of the plan: they are not stored, and the first layer's weights keep only the live columns,
- * which removes their share of the two largest matrix products (62% of the first layer for
- * molecules of H, C, N and O under ANI-2x) without changing any sum's non-zero terms. Live blocks
- * keep the model's order. Fills radial_at / angular_at (stored column of each block, or -1) and
- * live_feature (the model's feature index of each stored column); returns the stored row length.
- * NNP_CUDA_COMPACT=0 keeps every block (for comparisons).
+ * The stored AEV layout. Neighbours are atoms of the same batch, so in a batch the radial block of
+ * element a can be non-zero only if the batch holds an atom of a, and the angular block of the
+ * pair (a, b) only if it holds an a and a b (two a's when a = b). Blocks that no batch can fill are
+ * zero for every atom: they are not stored, and the first layer's weights keep only the stored
+ * columns, which removes their share of the two largest matrix products (62% of the first layer
+ * for molecules of H, C, N and O under ANI-2x) without changing any sum's non-zero terms.
+ *
+ * Stored order: the live radial blocks (model order), then the live angular blocks, those that
+ * more atoms need first. Each batch then needs a prefix of the stored row (up to its last live
+ * block); the batches are grouped into at most `max_classes` classes of prefix lengths (chosen to
+ * minimise rows × length, with a 64-row allowance per class and element for partly filled tiles),
+ * and each class's rows multiply only their prefix in the first layer (forward and backward). The
+ * columns past a row's prefix are zero for that atom (forward) and never read (backward).
+ *
+ * Fills radial_at / angular_at (stored column of each block, or -1), live_feature (model feature
+ * of each stored column), class_len (prefix of each class, ascending) and batch_class; returns the
+ * stored length. NNP_CUDA_COMPACT=0 stores every block in one class (for comparisons).
  */
-static int live_blocks(const nnp_plan* plan, int* radial_at, int* angular_at, int* live_feature, int* angular0) {
+static int aev_layout(const nnp_plan* plan, int max_classes, int* radial_at, int* angular_at, int* live_feature, int* angular0,
+                      int* n_classes, int* class_len, int* batch_class) {
     const nnp_model* m = plan->model;
-    const int E = m->n_elements, n = plan->n_atoms;
+    const int E = m->n_elements, NB = plan->n_batches;
+    const int n_pairs = (m->aev_length - m->radial_length) / m->angular_sub;
     const int keep_all = getenv("NNP_CUDA_COMPACT") && atoi(getenv("NNP_CUDA_COMPACT")) == 0;
-    int radial_live[NNP_MAX_ELEMENTS] = {0}, pair_live[NNP_MAX_ELEMENTS][NNP_MAX_ELEMENTS] = {{0}};
+    int radial_live[NNP_MAX_ELEMENTS] = {0};
+    double pair_weight[NNP_MAX_PAIRS] = {0}; /* atoms whose batch can fill the pair's block */
     int cnt[NNP_MAX_ELEMENTS];
-    for (int b = 0; b < plan->n_batches; b++) {
+    int* pair_mask = (int*)calloc((size_t)NB * n_pairs + 1, sizeof(int)); /* per batch: live angular blocks */
+    for (int b = 0; b < NB; b++) {
         memset(cnt, 0, sizeof cnt);
+        const int atoms = plan->batch_start[b + 1] - plan->batch_start[b];
         for (int q = plan->batch_start[b]; q < plan->batch_start[b + 1]; q++) cnt[plan->elements[plan->order[q]]]++;
-        for (int a = 0; a < E; a++)
-            for (int c = 0; c < E; c++) {
-                if (cnt[a] > 0) radial_live[a] = 1;
-                if (cnt[a] > 0 && cnt[c] > (a == c)) pair_live[a][c] = 1;
-            }
-    }
-    int any = 0;
-    for (int a = 0; a < E; a++) any |= radial_live[a];
-    if (keep_all || !any || n == 0) /* nothing live (no atoms): keep one block so no product is empty */
         for (int a = 0; a < E; a++) {
-            radial_live[a] = keep_all || a == 0;
-            for (int c = 0; c < E; c++) pair_live[a][c] = keep_all;
+            if (cnt[a] > 0) radial_live[a] = 1;
+            for (int c = 0; c < E; c++)
+                if (keep_all || (cnt[a] > 0 && cnt[c] > (a == c))) pair_mask[(size_t)b * n_pairs + m->pair_index[a][c]] = 1;
         }
+        for (int p = 0; p < n_pairs; p++)
+            if (pair_mask[(size_t)b * n_pairs + p]) pair_weight[p] += atoms;
+    }
     int length = 0;
     for (int a = 0; a < E; a++) {
+        if (keep_all) radial_live[a] = 1;
         radial_at[a] = radial_live[a] ? length : -1;
         for (int t = 0; radial_live[a] && t < m->radial_sub; t++) live_feature[length++] = a * m->radial_sub + t;
     }
-    *angular0 = length;
-    const int n_pairs = (m->aev_length - m->radial_length) / m->angular_sub;
-    for (int p = 0; p < n_pairs; p++) {
-        int live = 0;
-        for (int a = 0; a < E; a++)
-            for (int c = 0; c < E; c++) live |= m->pair_index[a][c] == p && pair_live[a][c];
-        angular_at[p] = live ? length : -1;
-        for (int t = 0; live && t < m->angular_sub; t++) live_feature[length++] = m->radial_length + p * m->angular_sub + t;
+    if (length == 0) { /* no atoms: one block stored, so that no product is empty */
+        radial_at[0] = 0;
+        for (int t = 0; t < m->radial_sub; t++) live_feature[length++] = t;
     }
+    *angular0 = length;
+    /* angular blocks by weight (descending), ties in model order; dead ones (weight 0) not stored */
+    int order[NNP_MAX_PAIRS], n_live = 0;
+    for (int p = 0; p < n_pairs; p++) {
+        angular_at[p] = -1;
+        if (pair_weight[p] > 0 || keep_all) order[n_live++] = p;
+    }
+    for (int i = 1; i < n_live; i++) /* stable insertion sort */
+        for (int j = i; j > 0 && pair_weight[order[j]] > pair_weight[order[j - 1]]; j--) {
+            int tmp = order[j];
+            order[j] = order[j - 1], order[j - 1] = tmp;
+        }
+    for (int i = 0; i < n_live; i++) {
+        angular_at[order[i]] = length;
+        for (int t = 0; t < m->angular_sub; t++) live_feature[length++] = m->radial_length + order[i] * m->angular_sub + t;
+    }
+    /* each batch's prefix, then the classes (dynamic programming over the distinct prefixes) */
+    int* prefix = (int*)malloc(sizeof(int) * (NB + 1));
+    int distinct[NNP_MAX_PAIRS + 2], n_distinct = 0;
+    double atoms_at[NNP_MAX_PAIRS + 2] = {0};
+    for (int b = 0; b < NB; b++) {
+        int end = *angular0;
+        for (int p = 0; p < n_pairs; p++)
+            if (pair_mask[(size_t)b * n_pairs + p] && angular_at[p] + m->angular_sub > end) end = angular_at[p] + m->angular_sub;
+        prefix[b] = end;
+        int k = 0;
+        while (k < n_distinct && distinct[k] != end) k++;
+        if (k == n_distinct) distinct[n_distinct++] = end;
+        atoms_at[k] += plan->batch_start[b + 1] - plan->batch_start[b];
+    }
+    if (n_distinct == 0) distinct[n_distinct++] = length;
+    for (int i = 1; i < n_distinct; i++) /* ascending, with their atom counts */
+        for (int j = i; j > 0 && distinct[j] < distinct[j - 1]; j--) {
+            int t = distinct[j];
+            distinct[j] = distinct[j - 1], distinct[j - 1] = t;
+            double w = atoms_at[j];
+            atoms_at[j] = atoms_at[j - 1], atoms_at[j - 1] = w;
+        }
+    int K = max_classes < 1 ? 1 : max_classes > NNP_CUDA_MAX_CLASSES ? NNP_CUDA_MAX_CLASSES : max_classes;
+    if (K > n_distinct) K = n_distinct;
+    /* cost[i][k]: the first i prefixes in k classes, the last one ending at distinct[i-1] */
+    double cost[NNP_MAX_PAIRS + 3][NNP_CUDA_MAX_CLASSES + 1];
+    int from[NNP_MAX_PAIRS + 3][NNP_CUDA_MAX_CLASSES + 1];
+    double allowance = 64.0; /* rows per class and element (NNP_CUDA_CLASS_ROWS overrides: tests, tuning) */
+    if (getenv("NNP_CUDA_CLASS_ROWS")) allowance = atof(getenv("NNP_CUDA_CLASS_ROWS"));
+    allowance *= E;
+    for (int i = 0; i <= n_distinct; i++)
+        for (int k = 0; k <= K; k++) cost[i][k] = i == 0 && k == 0 ? 0 : 1e300;
+    for (int i = 1; i <= n_distinct; i++)
+        for (int k = 1; k <= K; k++)
+            for (int j = i - 1; j >= 0; j--) {
+                double rows = 0;
+                for (int t = j; t < i; t++) rows += atoms_at[t];
+                const double c = cost[j][k - 1] + (double)distinct[i - 1] * (rows + allowance);
+                if (c < cost[i][k]) cost[i][k] = c, from[i][k] = j;
+            }
+    int best_k = 1;
+    for (int k = 2; k <= K; k++)
+        if (cost[n_distinct][k] < cost[n_distinct][best_k]) best_k = k;
+    *n_classes = best_k;
+    for (int i = n_distinct, k = best_k; k > 0; i = from[i][k], k--) class_len[k - 1] = distinct[i - 1];
+    for (int b = 0; b < NB; b++) {
+        int c = 0;
+        while (class_len[c] < prefix[b]) c++;
+        batch_class[b] = c;
+    }
+    free(prefix), free(pair_mask);
     return length;
 }
 
@@ -1324,13 +1398,25 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
                 if (m->networks[mm * E + e].layers[h].n_out != s->width[e][h])
                     return nnp_fail(NNP_ERR_UNSUPPORTED, "CUDA evaluation needs equal layer widths in every member");
         }
-    /* Rows: atoms by element, index order within. */
+    /* The stored AEV (A = its length, columns live_feature) and the batches' classes of prefixes. */
+    int radial_at[NNP_MAX_ELEMENTS], angular_at[NNP_MAX_PAIRS];
+    int* live_feature = (int*)malloc(sizeof(int) * (m->aev_length + 1));
+    int* batch_class = (int*)malloc(sizeof(int) * (plan->n_batches + 1));
+    int max_classes = 4;
+    if (getenv("NNP_CUDA_CLASSES")) max_classes = atoi(getenv("NNP_CUDA_CLASSES"));
+    s->aev_live = aev_layout(plan, max_classes, radial_at, angular_at, live_feature, &s->aev_angular0, &s->n_classes,
+                             s->class_len, batch_class);
+    /* Rows: atoms by element, then class, index order within. */
     int* row_atom = (int*)malloc(sizeof(int) * (n + 1));
     int rows = 0;
     for (int e = 0; e < E; e++) {
         s->elem_row0[e] = rows;
-        for (int i = 0; i < n; i++)
-            if (plan->elements[i] == e) row_atom[rows++] = i;
+        for (int c = 0; c < s->n_classes; c++) {
+            s->class_row0[e][c] = rows;
+            for (int i = 0; i < n; i++)
+                if (plan->elements[i] == e && batch_class[plan->batches[i]] == c) row_atom[rows++] = i;
+            s->class_rows[e][c] = rows - s->class_row0[e][c];
+        }
         s->elem_rows[e] = rows - s->elem_row0[e];
     }
     /* Neighbour capacity: the largest batch bounds it exactly; very large batches are capped. */
@@ -1348,10 +1434,6 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         self[i] = m->self_energies[plan->elements[i]];
         particle[i] = plan->particles ? plan->particles[i] : i;
     }
-    /* The stored AEV: live blocks only (A = live length, columns live_feature). */
-    int radial_at[NNP_MAX_ELEMENTS], angular_at[NNP_MAX_PAIRS];
-    int* live_feature = (int*)malloc(sizeof(int) * (m->aev_length + 1));
-    s->aev_live = live_blocks(plan, radial_at, angular_at, live_feature, &s->aev_angular0);
     /* Weights in `real`: per element, the first layer of all members stacked ([M·W0 × A] and
        [M·W0], the live columns only); deeper hidden layers per member; the output layer stacked ([M × W_last], [M]). */
     size_t total = 0;
@@ -1427,7 +1509,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate pinned host memory");
     /* GEMM job tables: forward h (h = 0: per element, all members stacked; h >= 1: per element and
        member) and backward h (h >= 1: D[h-1] = (D[h] · W_h) ⊙ celu'(Y[h-1]); h = 0: dAEV). */
-    GemmJob<real>* jobs = (GemmJob<real>*)calloc((size_t)2 * NNP_MAX_LAYERS * E * M + 1, sizeof(GemmJob<real>));
+    GemmJob<real>* jobs = (GemmJob<real>*)calloc((size_t)2 * NNP_MAX_LAYERS * E * M + (size_t)2 * E * NNP_CUDA_MAX_CLASSES + 1, sizeof(GemmJob<real>));
     size_t nj = 0;
     real* W = (real*)s->weights;
     for (int h = 0; h < s->n_hidden; h++) {
@@ -1438,10 +1520,14 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
             if (r == 0) continue;
             int W1 = s->width[e][h];
             real* Yh = (real*)s->Y[h] + s->y_offset[h][e];
-            if (h == 0) {
-                GemmJob<real> j = {(real*)s->aev + (size_t)s->elem_row0[e] * A, W + s->w_offset[e][0], Yh,
-                                   W + s->b_offset[e][0], NULL, r, M * W1, (int)A, (int)A, (int)A, M * W1, 0};
-                jobs[nj++] = j;
+            if (h == 0) { /* one job per class: its rows' prefix of the stored AEV */
+                for (int c = 0; c < s->n_classes; c++) {
+                    const int rc = s->class_rows[e][c], off = s->class_row0[e][c] - s->elem_row0[e];
+                    if (rc == 0) continue;
+                    GemmJob<real> j = {(real*)s->aev + (size_t)s->class_row0[e][c] * A, W + s->w_offset[e][0], Yh + (size_t)off * M * W1,
+                                       W + s->b_offset[e][0], NULL, rc, M * W1, s->class_len[c], (int)A, (int)A, M * W1, 0};
+                    jobs[nj++] = j;
+                }
                 gx = max(gx, (M * W1 + GEMM_TILE - 1) / GEMM_TILE);
             } else {
                 int W0 = s->width[e][h - 1];
@@ -1466,11 +1552,15 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
             if (r == 0) continue;
             int W1 = s->width[e][h];
             real* Dh = (real*)s->D[h] + s->y_offset[h][e];
-            if (h == 0) {
-                GemmJob<real> j = {Dh, W + s->w_offset[e][0], (real*)s->daev + (size_t)s->elem_row0[e] * A, NULL, NULL,
-                                   r, (int)A, M * W1, M * W1, (int)A, (int)A, 0};
-                jobs[nj++] = j;
-                gx = max(gx, (int)((A + GEMM_TILE - 1) / GEMM_TILE));
+            if (h == 0) { /* one job per class: dE/dAEV over its rows' prefix */
+                for (int c = 0; c < s->n_classes; c++) {
+                    const int rc = s->class_rows[e][c], off = s->class_row0[e][c] - s->elem_row0[e];
+                    if (rc == 0) continue;
+                    GemmJob<real> j = {Dh + (size_t)off * M * W1, W + s->w_offset[e][0], (real*)s->daev + (size_t)s->class_row0[e][c] * A,
+                                       NULL, NULL, rc, s->class_len[c], M * W1, M * W1, (int)A, (int)A, 0};
+                    jobs[nj++] = j;
+                    gx = max(gx, (s->class_len[c] + GEMM_TILE - 1) / GEMM_TILE);
+                }
             } else {
                 int W0 = s->width[e][h - 1];
                 real* Dp = (real*)s->D[h - 1] + s->y_offset[h - 1][e];
@@ -1599,7 +1689,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         else memcpy(s->host_flags, FLAG_CLEAR, sizeof(int) * 4);
     }
 #undef TRY_ALLOC
-    free(row_atom), free(self), free(particle), free(identity), free(w), free(jobs), free(live_feature);
+    free(row_atom), free(self), free(particle), free(identity), free(w), free(jobs), free(live_feature), free(batch_class);
     if (st == NNP_OK) preload<real>(s);
     return st;
 }
@@ -1828,6 +1918,16 @@ extern "C" nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, doub
                                  (cudaStream_t)stream));
     CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream));
     return check_flags(plan, s);
+}
+
+extern "C" nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length, int32_t* stored_length, int32_t* classes) {
+    nnp_cuda_state* s = plan ? (nnp_cuda_state*)plan->cuda : NULL;
+    if (s == NULL || plan->cuda_dirty)
+        return nnp_fail(NNP_ERR_STATE, "no CUDA evaluation of the current atoms yet: evaluate first");
+    if (model_length) *model_length = plan->model->aev_length;
+    if (stored_length) *stored_length = s->aev_live;
+    if (classes) *classes = s->n_classes;
+    return NNP_OK;
 }
 
 extern "C" nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds) {

@@ -224,6 +224,14 @@ NNP_API nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, double*
  * per-batch reduction (batch sums and total).
  */
 NNP_API nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds);
+/**
+ * Diagnostics: the layout of the last CUDA evaluation's AEVs. The CUDA evaluation stores only the
+ * AEV blocks some batch can fill (element pairs absent from every batch give zero features) and
+ * groups the batches into classes that multiply only a prefix of the stored row in the first
+ * layer (docs/cuda.md). Gives the model's AEV length, the stored length and the number of classes
+ * (any pointer may be NULL).
+ */
+NNP_API nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length, int32_t* stored_length, int32_t* classes);
 
 /* ---------------------------------------------------------------- XYZ files */
 

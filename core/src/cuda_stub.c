@@ -12,6 +12,10 @@ nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, double* energie
     (void)plan, (void)stream, (void)energies;
     return no_cuda();
 }
+nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length, int32_t* stored_length, int32_t* classes) {
+    (void)plan, (void)model_length, (void)stored_length, (void)classes;
+    return no_cuda();
+}
 nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds) {
     (void)plan, (void)microseconds;
     return no_cuda();

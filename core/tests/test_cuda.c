@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* setenv */
 /*
  * The CUDA evaluation against the CPU evaluation, and captured into a CUDA graph and replayed.
  * Skips (exit code 77, with the reason) where no CUDA device is present.
@@ -107,6 +108,12 @@ static system_t make_mixed_system(void) {
     return s;
 }
 
+/* Changes the first `count` atoms of atomic number `from` in batch `b` to `to`. */
+static void mutate(system_t* s, int32_t b, int32_t from, int32_t to, int count) {
+    for (int32_t i = 0; i < s->n && count > 0; i++)
+        if (s->batch[i] == b && s->z[i] == from) s->z[i] = to, count--;
+}
+
 static double rms_relative(const double* ref, const double* x, int n) {
     double d = 0, r = 0;
     for (int i = 0; i < n; i++) d += (ref[i] - x[i]) * (ref[i] - x[i]), r += ref[i] * ref[i];
@@ -133,6 +140,8 @@ static nnp_status eval_plain(nnp_plan* plan, cudaStream_t stream, double* d_pos,
     return nnp_cuda_batch_energies(plan, stream, batches);
 }
 
+static int32_t last_classes; /* classes of the last comparison's CUDA layout */
+
 static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member, nnp_precision precision, double etol,
                              double ftol) {
     nnp_plan* cpu;
@@ -154,6 +163,9 @@ static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member
     CUDA_OK(cudaMalloc((void**)&d_energy, sizeof(double)));
     CUDA_OK(cudaMemcpy(d_pos, s->pos, sizeof(double) * 3 * s->n, cudaMemcpyHostToDevice));
     CHECK_OK(eval_plain(gpu, 0, d_pos, d_forces, d_energy, f_gpu, &e_gpu, b_gpu));
+    int32_t model_length = 0, stored_length = 0;
+    CHECK_OK(nnp_cuda_aev_layout(gpu, &model_length, &stored_length, &last_classes));
+    printf("AEV: %d of %d features stored, %d class(es) of first-layer prefixes\n", stored_length, model_length, last_classes);
     double worst = 0;
     for (int b = 0; b < s->n_batches; b++) {
         if (b_cpu[b] == 0.0) CHECK(b_gpu[b] == 0.0); /* empty batch */
@@ -381,10 +393,25 @@ int main(void) {
         free(large.z), free(large.batch), free(large.pos);
     }
     {
-        system_t mixed = make_mixed_system(); /* S, F and Cl in some batches only: live AEV blocks */
+        /* S, F and Cl in some batches only: stored AEV blocks and classes of first-layer prefixes
+           (NNP_CUDA_CLASS_ROWS=0 lets even small classes stand alone). */
+        system_t mixed = make_mixed_system();
         compare_with_cpu(model, &mixed, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         compare_with_cpu(model, &mixed, -1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
+        setenv("NNP_CUDA_CLASS_ROWS", "0", 1);
+        compare_with_cpu(model, &mixed, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        CHECK(last_classes >= 2);
+        unsetenv("NNP_CUDA_CLASS_ROWS");
         free(mixed.z), free(mixed.batch), free(mixed.pos);
+        system_t large = make_large_system(40); /* the many-rows GEMM with several classes */
+        mutate(&large, 5, 8, 16, 1), mutate(&large, 5, 1, 9, 2), mutate(&large, 17, 1, 17, 1), mutate(&large, 30, 1, 9, 1);
+        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        setenv("NNP_CUDA_CLASS_ROWS", "0", 1);
+        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        CHECK(last_classes >= 2);
+        compare_with_cpu(model, &large, 2, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
+        unsetenv("NNP_CUDA_CLASS_ROWS");
+        free(large.z), free(large.batch), free(large.pos);
     }
     test_openmm_layout_and_capture(model, &s);
     test_overflow(model);
