@@ -775,11 +775,108 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
         splitk_fixup<float, EPI>(job, ksplit, 0, m, col0, GEMM_TILE, counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x);
 }
 
+/*
+ * At most 16 rows (float32), on the tensor cores: one molecule's layers, where the SIMT kernels
+ * above issue about one instruction per 4 cycles per scheduler and the instruction count sets the
+ * time. mma.sync m16n8k8 in TF32 with each operand split into a TF32 high part and the TF32 rest
+ * (x = hi + lo): a·b = hi·hi + (hi·lo + lo·hi) to about float32's precision (the lo·lo term, ~2^-22
+ * relative, is left out), the sums in float32. The 16 rows are one m16 tile; a block of 8 warps
+ * covers 64 columns (8 per warp) and one k-range: the activation rows are staged in shared memory
+ * already split, each lane's weights for the whole range (up to MMA_K) are requested at once,
+ * and the products go to four accumulators (high and mixed terms, even and odd k-steps: short
+ * dependency chains) added in a fixed order at the end. Same grid, split-K layout and fix-up as
+ * k_gemm_skinny. NNP_CUDA_MMA=0 keeps the SIMT kernel.
+ */
+#define MMA_K 256
+#define MMA_LD (MMA_K + 4) /* rows 4 words apart: the fragments' 32 reads in distinct banks */
+__device__ __forceinline__ unsigned tf32_of(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ void mma_tf32(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <bool TRANS_B, int EPI>
+__global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
+    const GemmJob<float> job = jobs[blockIdx.z / ksplit];
+    const int part = blockIdx.z % ksplit;
+    const int kc = ((job.k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
+    const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
+    const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
+    if (col0 >= job.n) return;
+    __shared__ unsigned Ahi[16][MMA_LD], Alo[16][MMA_LD];
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
+    const int n = col0 + warp * 8 + g; /* this lane's weight column */
+    float acc[4][4];
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[a][c] = 0.f;
+    for (int s0 = kbegin; s0 < kend; s0 += MMA_K) {
+        const int s1 = min(kend, s0 + MMA_K), width = (s1 - s0 + 7) / 8 * 8;
+        /* this lane's weights B(k, n) for k = s0 + 8·step + tq and + 4, every step, requested now */
+        float bv[MMA_K / 4];
+#pragma unroll
+        for (int step = 0; step < MMA_K / 8; step++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int k = s0 + 8 * step + tq + 4 * h;
+                float v = 0.f;
+                if (k < s1 && n < job.n) v = TRANS_B ? __ldg(job.B + (size_t)n * job.ldb + k) : __ldg(job.B + (size_t)k * job.ldb + n);
+                bv[2 * step + h] = v;
+            }
+        if (s0 > kbegin) __syncthreads(); /* the previous stage's reads are done */
+        for (int e = t; e < 16 * width; e += 256) {
+            const int r = e / width, kk = e % width;
+            const float x = r < m && s0 + kk < s1 ? job.A[(size_t)r * job.lda + s0 + kk] : 0.f;
+            const unsigned hi = tf32_of(x);
+            Ahi[r][kk] = hi, Alo[r][kk] = tf32_of(x - __uint_as_float(hi));
+        }
+        __syncthreads();
+#pragma unroll
+        for (int step = 0; step < MMA_K / 8; step++) {
+            if (8 * step >= width) break;
+            const int kk = 8 * step + tq;
+            const unsigned ah0 = Ahi[g][kk], ah1 = Ahi[g + 8][kk], ah2 = Ahi[g][kk + 4], ah3 = Ahi[g + 8][kk + 4];
+            const unsigned al0 = Alo[g][kk], al1 = Alo[g + 8][kk], al2 = Alo[g][kk + 4], al3 = Alo[g + 8][kk + 4];
+            const unsigned bh0 = tf32_of(bv[2 * step]), bh1 = tf32_of(bv[2 * step + 1]);
+            const unsigned bl0 = tf32_of(bv[2 * step] - __uint_as_float(bh0)), bl1 = tf32_of(bv[2 * step + 1] - __uint_as_float(bh1));
+            float(&mixed)[4] = acc[2 * (step & 1)], (&high)[4] = acc[2 * (step & 1) + 1];
+            mma_tf32(mixed, al0, al1, al2, al3, bh0, bh1);
+            mma_tf32(mixed, ah0, ah1, ah2, ah3, bl0, bl1);
+            mma_tf32(high, ah0, ah1, ah2, ah3, bh0, bh1);
+        }
+    }
+    auto put = [&](int r, int c, float v) {
+        const int gcol = col0 + c;
+        if (r >= m || gcol >= job.n) return;
+        if (ksplit > 1) job.partial[((size_t)part * m + r) * job.n + gcol] = v;
+        else job.C[(size_t)r * job.ldc + gcol] = epilogue<float>(EPI, job, r, gcol, v);
+    };
+    /* D fragment: (row g, columns 2tq and 2tq+1), then row g + 8 */
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const float v = ((acc[0][c] + acc[2][c]) + (acc[1][c] + acc[3][c]));
+        put(g + 8 * (c / 2), warp * 8 + 2 * tq + (c % 2), v);
+    }
+    if (ksplit > 1)
+        splitk_fixup<float, EPI>(job, ksplit, 0, m, col0, GEMM_TILE, counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x);
+}
+
 /* Chooses the few-rows kernel where it applies (float32, m <= SKINNY_M; NNP_CUDA_SKINNY=0 turns it
    off for comparisons). */
 static int skinny_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) enabled = !(getenv("NNP_CUDA_SKINNY") && atoi(getenv("NNP_CUDA_SKINNY")) == 0);
+    return enabled;
+}
+/* Tensor cores for at most 16 rows (NNP_CUDA_MMA=0: the SIMT few-rows kernel instead). */
+static int mma_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) enabled = !(getenv("NNP_CUDA_MMA") && atoi(getenv("NNP_CUDA_MMA")) == 0);
     return enabled;
 }
 template <typename real> struct SkinnyGemm {
@@ -791,7 +888,8 @@ template <> struct SkinnyGemm<float> {
     static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, int* counters, cudaStream_t stream) {
         if (max_m > SKINNY_M || !skinny_enabled()) return false;
         const dim3 g(grid.x, 1, grid.z);
-        if (max_m <= 4) k_gemm_skinny<TRANS_B, EPI, 4><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
+        if (max_m <= 16 && mma_enabled()) k_gemm_mma<TRANS_B, EPI><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
+        else if (max_m <= 4) k_gemm_skinny<TRANS_B, EPI, 4><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
         else if (max_m <= 8) k_gemm_skinny<TRANS_B, EPI, 8><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
         else if (max_m <= 16) k_gemm_skinny<TRANS_B, EPI, 16><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
         else k_gemm_skinny<TRANS_B, EPI, 32><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
@@ -1204,6 +1302,9 @@ template <int MR> static void preload_skinny() {
     configure_kernel(k_gemm_skinny<false, EPI_NONE, MR>, 256, 0);
 }
 void SkinnyGemm<float>::preload() {
+    configure_kernel(k_gemm_mma<true, EPI_BIAS_CELU>, 256, 0);
+    configure_kernel(k_gemm_mma<false, EPI_DERIV>, 256, 0);
+    configure_kernel(k_gemm_mma<false, EPI_NONE>, 256, 0);
     preload_skinny<4>(), preload_skinny<8>(), preload_skinny<16>(), preload_skinny<32>();
 }
 
