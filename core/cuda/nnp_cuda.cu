@@ -1286,7 +1286,8 @@ template <typename K> static void configure_kernel(K* kernel, int threads, size_
     const int warps = (threads + 31) / 32, regs_per_warp = (max(a.numRegs, 1) * 32 + 255) / 256 * 256;
     const int blocks = max(1, min(min(regs_sm / (regs_per_warp * warps), threads_sm / (warps * 32)), 32));
     const size_t need = (size_t)blocks * (a.sharedSizeBytes + dynamic_smem + 1024);
-    const int percent = (int)min((size_t)100, (need * 100 + smem_sm - 1) / smem_sm);
+    int percent = (int)min((size_t)100, (need * 100 + smem_sm - 1) / smem_sm);
+    if (getenv("NNP_CUDA_CARVEOUT")) percent = atoi(getenv("NNP_CUDA_CARVEOUT")); /* one value for all (tuning) */
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
 }
 
