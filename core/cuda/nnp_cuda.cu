@@ -782,13 +782,13 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
  * (x = hi + lo): a·b = hi·hi + (hi·lo + lo·hi) to about float32's precision (the lo·lo term, ~2^-22
  * relative, is left out), the sums in float32. The 16 rows are one m16 tile; a block of 8 warps
  * covers 64 columns (8 per warp) and one k-range: the activation rows are staged in shared memory
- * already split, each lane's weights for the whole range (up to MMA_K) are requested at once,
+ * already split and in fragment order, each lane's weights for the whole range (up to MMA_K) are
+ * requested at once,
  * and the products go to four accumulators (high and mixed terms, even and odd k-steps: short
  * dependency chains) added in a fixed order at the end. Same grid, split-K layout and fix-up as
  * k_gemm_skinny. NNP_CUDA_MMA=0 keeps the SIMT kernel.
  */
 #define MMA_K 256
-#define MMA_LD (MMA_K + 4) /* rows 4 words apart: the fragments' 32 reads in distinct banks */
 __device__ __forceinline__ unsigned tf32_of(float x) {
     unsigned r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
@@ -807,47 +807,70 @@ __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restri
     const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
     const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
     if (col0 >= job.n) return;
-    __shared__ unsigned Ahi[16][MMA_LD], Alo[16][MMA_LD];
+    /* The k order inside each 16-k pair of mma steps: lane tq's two k of the first step are 4tq and
+       4tq+1, of the second 4tq+2 and 4tq+3 (the same pairing for A and B, so the products are the
+       same); its 4 weights of a pair of steps are then consecutive (one float4 along k for TRANS_B).
+       The activation fragments are staged in that order: per step, per lane, (a0, a1, a2, a3) =
+       rows (g, g+8) × its 2 k, as TF32 high and low parts, one 16-byte read each. */
+    __shared__ uint4 Ahi[MMA_K / 8][32], Alo[MMA_K / 8][32];
     const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
     const int n = col0 + warp * 8 + g; /* this lane's weight column */
+    const bool vec = TRANS_B && ((size_t)job.B % 16 == 0) && job.ldb % 4 == 0; /* kbegin is a multiple of 16 */
     float acc[4][4];
 #pragma unroll
     for (int a = 0; a < 4; a++)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[a][c] = 0.f;
     for (int s0 = kbegin; s0 < kend; s0 += MMA_K) {
-        const int s1 = min(kend, s0 + MMA_K), width = (s1 - s0 + 7) / 8 * 8;
-        /* this lane's weights B(k, n) for k = s0 + 8·step + tq and + 4, every step, requested now */
-        float bv[MMA_K / 4];
+        const int s1 = min(kend, s0 + MMA_K), width = (s1 - s0 + 15) / 16 * 16;
+        /* this lane's weights B(k, n), k = s0 + 16·d + 4·tq + i, every pair of steps d, requested now */
+        float4 bv[MMA_K / 16];
 #pragma unroll
-        for (int step = 0; step < MMA_K / 8; step++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int k = s0 + 8 * step + tq + 4 * h;
-                float v = 0.f;
-                if (k < s1 && n < job.n) v = TRANS_B ? __ldg(job.B + (size_t)n * job.ldb + k) : __ldg(job.B + (size_t)k * job.ldb + n);
-                bv[2 * step + h] = v;
+        for (int d = 0; d < MMA_K / 16; d++) {
+            const int k = s0 + 16 * d + 4 * tq;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (n < job.n && k < s1) {
+                if (TRANS_B) {
+                    const float* src = job.B + (size_t)n * job.ldb + k;
+                    if (vec && k + 4 <= s1) v = __ldg((const float4*)src);
+                    else {
+                        v.x = __ldg(src);
+                        if (k + 1 < s1) v.y = __ldg(src + 1);
+                        if (k + 2 < s1) v.z = __ldg(src + 2);
+                        if (k + 3 < s1) v.w = __ldg(src + 3);
+                    }
+                } else {
+                    const float* src = job.B + (size_t)k * job.ldb + n;
+                    v.x = __ldg(src);
+                    if (k + 1 < s1) v.y = __ldg(src + job.ldb);
+                    if (k + 2 < s1) v.z = __ldg(src + 2 * (size_t)job.ldb);
+                    if (k + 3 < s1) v.w = __ldg(src + 3 * (size_t)job.ldb);
+                }
             }
-        if (s0 > kbegin) __syncthreads(); /* the previous stage's reads are done */
-        for (int e = t; e < 16 * width; e += 256) {
-            const int r = e / width, kk = e % width;
-            const float x = r < m && s0 + kk < s1 ? job.A[(size_t)r * job.lda + s0 + kk] : 0.f;
-            const unsigned hi = tf32_of(x);
-            Ahi[r][kk] = hi, Alo[r][kk] = tf32_of(x - __uint_as_float(hi));
+            bv[d] = v;
         }
+        if (s0 > kbegin) __syncthreads(); /* the previous stage's reads are done */
+        for (int r = 0; r < 16; r++)
+            for (int kk = t; kk < width; kk += 256) {
+                const float x = r < m && s0 + kk < s1 ? job.A[(size_t)r * job.lda + s0 + kk] : 0.f;
+                const unsigned hi = tf32_of(x), lo = tf32_of(x - __uint_as_float(hi));
+                const int q = kk % 16, step = kk / 16 * 2 + (q % 4) / 2, slot = r / 8 + 2 * (q % 2);
+                const int to = (r % 8) * 4 + q / 4;
+                ((unsigned*)&Ahi[step][to])[slot] = hi;
+                ((unsigned*)&Alo[step][to])[slot] = lo;
+            }
         __syncthreads();
 #pragma unroll
         for (int step = 0; step < MMA_K / 8; step++) {
-            if (8 * step >= width) break;
-            const int kk = 8 * step + tq;
-            const unsigned ah0 = Ahi[g][kk], ah1 = Ahi[g + 8][kk], ah2 = Ahi[g][kk + 4], ah3 = Ahi[g + 8][kk + 4];
-            const unsigned al0 = Alo[g][kk], al1 = Alo[g + 8][kk], al2 = Alo[g][kk + 4], al3 = Alo[g + 8][kk + 4];
-            const unsigned bh0 = tf32_of(bv[2 * step]), bh1 = tf32_of(bv[2 * step + 1]);
-            const unsigned bl0 = tf32_of(bv[2 * step] - __uint_as_float(bh0)), bl1 = tf32_of(bv[2 * step + 1] - __uint_as_float(bh1));
+            if (16 * (step / 2) >= width) break;
+            const uint4 ah = Ahi[step][lane], al = Alo[step][lane];
+            const float b0 = step % 2 ? bv[step / 2].z : bv[step / 2].x, b1 = step % 2 ? bv[step / 2].w : bv[step / 2].y;
+            const unsigned bh0 = tf32_of(b0), bh1 = tf32_of(b1);
+            const unsigned bl0 = tf32_of(b0 - __uint_as_float(bh0)), bl1 = tf32_of(b1 - __uint_as_float(bh1));
             float(&mixed)[4] = acc[2 * (step & 1)], (&high)[4] = acc[2 * (step & 1) + 1];
-            mma_tf32(mixed, al0, al1, al2, al3, bh0, bh1);
-            mma_tf32(mixed, ah0, ah1, ah2, ah3, bl0, bl1);
-            mma_tf32(high, ah0, ah1, ah2, ah3, bh0, bh1);
+            mma_tf32(mixed, al.x, al.y, al.z, al.w, bh0, bh1);
+            mma_tf32(mixed, ah.x, ah.y, ah.z, ah.w, bl0, bl1);
+            mma_tf32(high, ah.x, ah.y, ah.z, ah.w, bh0, bh1);
         }
     }
     auto put = [&](int r, int c, float v) {
