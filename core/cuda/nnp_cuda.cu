@@ -850,15 +850,20 @@ __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restri
             bv[d] = v;
         }
         if (s0 > kbegin) __syncthreads(); /* the previous stage's reads are done */
-        for (int r = 0; r < 16; r++)
-            for (int kk = t; kk < width; kk += 256) {
-                const float x = r < m && s0 + kk < s1 ? job.A[(size_t)r * job.lda + s0 + kk] : 0.f;
+        if (t < width) { /* thread t stages k = s0 + t of the 16 rows (width <= MMA_K = blockDim) */
+            const int q = t % 16, step = t / 16 * 2 + (q % 4) / 2, lane0 = q / 4, slot0 = 2 * (q % 2);
+            unsigned* hi_at = (unsigned*)&Ahi[step][0] + slot0;
+            unsigned* lo_at = (unsigned*)&Alo[step][0] + slot0;
+            const bool in = s0 + t < s1;
+            const float* src = job.A + s0 + t;
+#pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const float x = in && r < m ? src[(size_t)r * job.lda] : 0.f;
                 const unsigned hi = tf32_of(x), lo = tf32_of(x - __uint_as_float(hi));
-                const int q = kk % 16, step = kk / 16 * 2 + (q % 4) / 2, slot = r / 8 + 2 * (q % 2);
-                const int to = (r % 8) * 4 + q / 4;
-                ((unsigned*)&Ahi[step][to])[slot] = hi;
-                ((unsigned*)&Alo[step][to])[slot] = lo;
+                const int at = ((r % 8) * 4 + lane0) * 4 + r / 8; /* lane (r mod 8, q/4), slot a0/a1 (+2: a2/a3) */
+                hi_at[at] = hi, lo_at[at] = lo;
             }
+        }
         __syncthreads();
 #pragma unroll
         for (int step = 0; step < MMA_K / 8; step++) {
