@@ -672,9 +672,10 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big4(const GemmJob<float>* __re
  * covers 64 columns and one k-range (chunks of SKINNY_K) for all m rows; the weights are read once,
  * straight from global memory, each thread's 16 consecutive k of a chunk requested one chunk ahead
  * (float4 loads along k for TRANS_B where aligned, coalesced along n otherwise), the activation rows
- * staged in shared memory. MR (4, 8, 16 or 32, the launch's largest m rounded up) bounds the row
- * loop at compile time: rows m..MR-1 are zeros in shared memory, so no row needs a predicate, each
- * float4 read from shared memory feeds 4 multiply-adds and the MR rows' sums are independent chains.
+ * staged in shared memory. MR (SKINNY_M; at most 16 rows go to k_gemm_mma unless NNP_CUDA_MMA=0)
+ * bounds the row loop at compile time: rows m..MR-1 are zeros in shared memory, so no row needs a
+ * predicate, each float4 read from shared memory feeds 4 multiply-adds and the MR rows' sums are
+ * independent chains.
  * The 4 partial sums of each output are added in a fixed order (a shuffle tree, or shared memory),
  * so the result does not depend on scheduling. Same grid (y = 1) and split-K partial layout as
  * k_gemm; the last block of each column tile adds the parts (splitk_fixup).
@@ -917,10 +918,7 @@ template <> struct SkinnyGemm<float> {
         if (max_m > SKINNY_M || !skinny_enabled()) return false;
         const dim3 g(grid.x, 1, grid.z);
         if (max_m <= 16 && mma_enabled()) k_gemm_mma<TRANS_B, EPI><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
-        else if (max_m <= 4) k_gemm_skinny<TRANS_B, EPI, 4><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
-        else if (max_m <= 8) k_gemm_skinny<TRANS_B, EPI, 8><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
-        else if (max_m <= 16) k_gemm_skinny<TRANS_B, EPI, 16><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
-        else k_gemm_skinny<TRANS_B, EPI, 32><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
+        else k_gemm_skinny<TRANS_B, EPI, SKINNY_M><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
         return true;
     }
     static void preload();
@@ -1334,7 +1332,7 @@ void SkinnyGemm<float>::preload() {
     configure_kernel(k_gemm_mma<true, EPI_BIAS_CELU>, 256, 0);
     configure_kernel(k_gemm_mma<false, EPI_DERIV>, 256, 0);
     configure_kernel(k_gemm_mma<false, EPI_NONE>, 256, 0);
-    preload_skinny<4>(), preload_skinny<8>(), preload_skinny<16>(), preload_skinny<32>();
+    preload_skinny<SKINNY_M>();
 }
 
 template <typename real> static void preload(const nnp_cuda_state* s) {

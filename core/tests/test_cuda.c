@@ -370,9 +370,12 @@ int main(void) {
     system_t s = make_system();
     if (getenv("NNP_TEST_QUICK") != NULL) { /* for slow tools (compute-sanitizer racecheck): one comparison */
         compare_with_cpu(model, &s, 0, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
-        system_t one = make_large_system(1); /* the few-rows GEMM and the split AEV backward */
+        system_t one = make_large_system(1); /* the tensor-core few-rows GEMM and the split AEV backward */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         free(one.z), free(one.batch), free(one.pos);
+        system_t two = make_large_system(2); /* 17 to 32 rows of an element: the SIMT few-rows GEMM */
+        compare_with_cpu(model, &two, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        free(two.z), free(two.batch), free(two.pos);
         free(s.z), free(s.batch), free(s.pos);
         nnp_model_free(model);
         return test_finish("test_cuda (quick)");
@@ -381,10 +384,14 @@ int main(void) {
     compare_with_cpu(model, &s, 3, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
     compare_with_cpu(model, &s, -1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
     {
-        system_t one = make_large_system(1); /* one molecule: few-rows GEMM (float32), AEV backward over several blocks per atom */
+        system_t one = make_large_system(1); /* one molecule: tensor-core few-rows GEMM (float32), AEV backward over several blocks per atom */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         compare_with_cpu(model, &one, -1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
         free(one.z), free(one.batch), free(one.pos);
+        system_t two = make_large_system(2); /* two: 18 hydrogens, the SIMT few-rows GEMM */
+        compare_with_cpu(model, &two, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        compare_with_cpu(model, &two, 0, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        free(two.z), free(two.batch), free(two.pos);
     }
     {
         system_t large = make_large_system(40); /* >256 atoms of H and of C: the many-row GEMM kernel */
