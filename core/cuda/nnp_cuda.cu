@@ -1377,6 +1377,18 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
  * of each stored column), class_len (prefix of each class, ascending) and batch_class; returns the
  * stored length. NNP_CUDA_COMPACT=0 stores every block in one class (for comparisons).
  */
+/* Batch b's element counts and the angular blocks it can fill (pairs[p] = 1). */
+static void batch_blocks(const nnp_plan* plan, int b, int keep_all, int* cnt, int* pairs) {
+    const nnp_model* m = plan->model;
+    const int E = m->n_elements;
+    memset(cnt, 0, sizeof(int) * NNP_MAX_ELEMENTS);
+    memset(pairs, 0, sizeof(int) * NNP_MAX_PAIRS);
+    for (int q = plan->batch_start[b]; q < plan->batch_start[b + 1]; q++) cnt[plan->elements[plan->order[q]]]++;
+    for (int a = 0; a < E; a++)
+        for (int c = 0; c < E; c++)
+            if (keep_all || (cnt[a] > 0 && cnt[c] > (a == c))) pairs[m->pair_index[a][c]] = 1;
+}
+
 static int aev_layout(const nnp_plan* plan, int max_classes, int* radial_at, int* angular_at, int* live_feature, int* angular0,
                       int* n_classes, int* class_len, int* batch_class) {
     const nnp_model* m = plan->model;
@@ -1385,19 +1397,14 @@ static int aev_layout(const nnp_plan* plan, int max_classes, int* radial_at, int
     const int keep_all = getenv("NNP_CUDA_COMPACT") && atoi(getenv("NNP_CUDA_COMPACT")) == 0;
     int radial_live[NNP_MAX_ELEMENTS] = {0};
     double pair_weight[NNP_MAX_PAIRS] = {0}; /* atoms whose batch can fill the pair's block */
-    int cnt[NNP_MAX_ELEMENTS];
-    int* pair_mask = (int*)calloc((size_t)NB * n_pairs + 1, sizeof(int)); /* per batch: live angular blocks */
-    for (int b = 0; b < NB; b++) {
-        memset(cnt, 0, sizeof cnt);
+    int cnt[NNP_MAX_ELEMENTS], pairs[NNP_MAX_PAIRS];
+    for (int b = 0; b < NB; b++) { /* (recomputed per batch below rather than stored: batches may be many) */
+        batch_blocks(plan, b, keep_all, cnt, pairs);
         const int atoms = plan->batch_start[b + 1] - plan->batch_start[b];
-        for (int q = plan->batch_start[b]; q < plan->batch_start[b + 1]; q++) cnt[plan->elements[plan->order[q]]]++;
-        for (int a = 0; a < E; a++) {
+        for (int a = 0; a < E; a++)
             if (cnt[a] > 0) radial_live[a] = 1;
-            for (int c = 0; c < E; c++)
-                if (keep_all || (cnt[a] > 0 && cnt[c] > (a == c))) pair_mask[(size_t)b * n_pairs + m->pair_index[a][c]] = 1;
-        }
         for (int p = 0; p < n_pairs; p++)
-            if (pair_mask[(size_t)b * n_pairs + p]) pair_weight[p] += atoms;
+            if (pairs[p]) pair_weight[p] += atoms;
     }
     int length = 0;
     for (int a = 0; a < E; a++) {
@@ -1430,9 +1437,10 @@ static int aev_layout(const nnp_plan* plan, int max_classes, int* radial_at, int
     int distinct[NNP_MAX_PAIRS + 2], n_distinct = 0;
     double atoms_at[NNP_MAX_PAIRS + 2] = {0};
     for (int b = 0; b < NB; b++) {
+        batch_blocks(plan, b, keep_all, cnt, pairs);
         int end = *angular0;
         for (int p = 0; p < n_pairs; p++)
-            if (pair_mask[(size_t)b * n_pairs + p] && angular_at[p] + m->angular_sub > end) end = angular_at[p] + m->angular_sub;
+            if (pairs[p] && angular_at[p] + m->angular_sub > end) end = angular_at[p] + m->angular_sub;
         prefix[b] = end;
         int k = 0;
         while (k < n_distinct && distinct[k] != end) k++;
@@ -1475,7 +1483,7 @@ static int aev_layout(const nnp_plan* plan, int max_classes, int* radial_at, int
         while (class_len[c] < prefix[b]) c++;
         batch_class[b] = c;
     }
-    free(prefix), free(pair_mask);
+    free(prefix);
     return length;
 }
 
