@@ -82,6 +82,27 @@ __device__ __forceinline__ void add_fixed(unsigned long long* target, double val
 
 #define NNP_MAX_PAIRS (NNP_MAX_ELEMENTS * (NNP_MAX_ELEMENTS + 1) / 2)
 
+/*
+ * Programmatic dependent launch (sm_90 and later; see launch_k): every kernel after the first of
+ * an evaluation may start while the one before it finishes. pdl_wait() returns once the previous
+ * kernel has completed and its writes are visible; each kernel calls it before reading anything an
+ * earlier kernel of the evaluation wrote (it may read constant data, such as weights and job
+ * tables, before). Every kernel waits, so the completion of one implies that of all before it.
+ * pdl_trigger() lets the next kernel launch once every block of this one has called it. Both are
+ * no-ops for kernels launched without the attribute and on older GPUs.
+ */
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_start() { pdl_wait(), pdl_trigger(); }
+
 /* Device copy of the AEV parameters (by value as kernel arguments). */
 template <typename real> struct AevParams {
     real Rcr, Rca;
@@ -115,6 +136,7 @@ template <typename real> __device__ __forceinline__ void min_image(real& x, real
 /* ------------------------------------------------------------------ kernels: input */
 
 __global__ void k_inverse_order(const int* __restrict__ order, int n, int* __restrict__ index_of) {
+    pdl_start();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) index_of[order[i]] = i;
 }
@@ -125,6 +147,7 @@ __global__ void k_gather(const void* __restrict__ positions, int format, const i
                          const int* __restrict__ index_of, int n, real to_angstrom,
                          typename real4_of<real>::type* __restrict__ xyz, int* __restrict__ position_index,
                          int* __restrict__ flags) {
+    pdl_start();
     int a = blockIdx.x * blockDim.x + threadIdx.x;
     if (a >= n) return;
     int p = particle[a];
@@ -158,6 +181,7 @@ __global__ void k_neighbors(const typename real4_of<real>::type* __restrict__ xy
                             real rc2, Box<real> box, int capacity, int* __restrict__ count,
                             int* __restrict__ nbr_index, typename real4_of<real>::type* __restrict__ nbr_vec,
                             int* __restrict__ flags) {
+    pdl_start();
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (warp >= n) return;
     int i = warp;
@@ -276,7 +300,8 @@ __device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __
     a.el = (int*)(a.cut + capacity);
     a.ang = a.el + capacity;
     a.rest = a.ang + capacity;
-    load_params(params, P);
+    load_params(params, P); /* constant: before the wait */
+    pdl_start();
     a.nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rcr, P.Rca, a.vec, a.cut, a.el, a.ang, s_nang, s_scan);
     a.na = *s_nang;
     return a;
@@ -445,6 +470,7 @@ __device__ void splitk_fixup(const GemmJob<real>& job, int ksplit, int row0, int
 template <typename real, bool TRANS_B, int EPI>
 __global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ jobs, int ksplit) {
     const GemmJob<real> job = jobs[blockIdx.z / ksplit];
+    pdl_start();
     const int part = blockIdx.z % ksplit;
     const int kc = ((job.k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
     const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
@@ -504,6 +530,7 @@ __global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ 
 template <typename real, int EPI>
 __global__ void k_gemm_reduce(const GemmJob<real>* __restrict__ jobs, int ksplit) {
     const GemmJob<real> job = jobs[blockIdx.y];
+    pdl_start();
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < job.m * job.n; e += gridDim.x * blockDim.x) {
         int gr = e / job.n, gc = e % job.n;
         real v = 0;
@@ -537,6 +564,7 @@ __device__ __forceinline__ void store_big_tile(const GemmJob<real>& job, int row
 template <typename real, bool TRANS_B, int EPI>
 __global__ void __launch_bounds__(256) k_gemm_big(const GemmJob<real>* __restrict__ jobs) {
     const GemmJob<real> job = jobs[blockIdx.z];
+    pdl_start();
     const int row0 = blockIdx.y * BIG_TILE, col0 = blockIdx.x * BIG_TILE;
     if (row0 >= job.m || col0 >= job.n) return;
     __shared__ __align__(16) real As[BIG_K][BIG_TILE];
@@ -607,6 +635,7 @@ __global__ void __launch_bounds__(256) k_gemm_big(const GemmJob<real>* __restric
 template <bool TRANS_B, int EPI>
 __global__ void __launch_bounds__(256, 2) k_gemm_big4(const GemmJob<float>* __restrict__ jobs) {
     const GemmJob<float> job = jobs[blockIdx.z];
+    pdl_start();
     const int row0 = blockIdx.y * BIG_TILE, col0 = blockIdx.x * BIG_TILE;
     if (row0 >= job.m || col0 >= job.n) return;
     __shared__ __align__(16) float As[2][BIG_K][BIG_LD];
@@ -690,7 +719,10 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
     const int kc = ((job.k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
     const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
     const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
-    if (col0 >= job.n) return;
+    if (col0 >= job.n) {
+        pdl_start();
+        return;
+    }
     __shared__ __align__(16) float As[MR][SKINNY_LD];
     __shared__ float Red[TRANS_B ? 1 : 4][TRANS_B ? 1 : MR][GEMM_TILE];
     const int t = threadIdx.x;
@@ -722,7 +754,8 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
         }
     };
     float w[16], wn[16];
-    fetch(kbegin, w);
+    fetch(kbegin, w); /* weights are constant: requested before the wait */
+    pdl_start();
     for (int k0 = kbegin; k0 < kend; k0 += SKINNY_K) {
         if (k0 + SKINNY_K < kend) fetch(k0 + SKINNY_K, wn);
         __syncthreads();
@@ -807,7 +840,10 @@ __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restri
     const int kc = ((job.k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
     const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
     const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
-    if (col0 >= job.n) return;
+    if (col0 >= job.n) {
+        pdl_start();
+        return;
+    }
     /* The k order inside each 16-k pair of mma steps: lane tq's two k of the first step are 4tq and
        4tq+1, of the second 4tq+2 and 4tq+3 (the same pairing for A and B, so the products are the
        same); its 4 weights of a pair of steps are then consecutive (one float4 along k for TRANS_B).
@@ -822,6 +858,7 @@ __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restri
     for (int a = 0; a < 4; a++)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[a][c] = 0.f;
+    if (kbegin >= kend) pdl_start(); /* an empty part still waits before it writes */
     for (int s0 = kbegin; s0 < kend; s0 += MMA_K) {
         const int s1 = min(kend, s0 + MMA_K), width = (s1 - s0 + 15) / 16 * 16;
         /* this lane's weights B(k, n), k = s0 + 16·d + 4·tq + i, every pair of steps d, requested now */
@@ -850,7 +887,8 @@ __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restri
             }
             bv[d] = v;
         }
-        if (s0 > kbegin) __syncthreads(); /* the previous stage's reads are done */
+        if (s0 == kbegin) pdl_start(); /* the weights above are constant; the activations are not */
+        else __syncthreads();           /* the previous stage's reads are done */
         if (t < width) { /* thread t stages k = s0 + t of the 16 rows (width <= MMA_K = blockDim) */
             const int q = t % 16, step = t / 16 * 2 + (q % 4) / 2, lane0 = q / 4, slot0 = 2 * (q % 2);
             unsigned* hi_at = (unsigned*)&Ahi[step][0] + slot0;
@@ -902,6 +940,20 @@ static int skinny_enabled(void) {
     if (enabled < 0) enabled = !(getenv("NNP_CUDA_SKINNY") && atoi(getenv("NNP_CUDA_SKINNY")) == 0);
     return enabled;
 }
+/* Launches a kernel, as a programmatic dependent launch when pdl is set (see pdl_wait). */
+template <typename... KArgs, typename... Args>
+static void launch_k(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+    cudaLaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config;
+    memset(&config, 0, sizeof config);
+    config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
+    config.attrs = &attr, config.numAttrs = pdl ? 1 : 0;
+    cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 /* Tensor cores for at most 16 rows (NNP_CUDA_MMA=0: the SIMT few-rows kernel instead). */
 static int mma_enabled(void) {
     static int enabled = -1;
@@ -909,16 +961,16 @@ static int mma_enabled(void) {
     return enabled;
 }
 template <typename real> struct SkinnyGemm {
-    template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, int, int, int*, cudaStream_t) { return false; }
+    template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, int, int, int*, cudaStream_t, bool) { return false; }
     static void preload() {}
 };
 template <> struct SkinnyGemm<float> {
     template <bool TRANS_B, int EPI>
-    static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, int* counters, cudaStream_t stream) {
+    static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, int* counters, cudaStream_t stream, bool pdl) {
         if (max_m > SKINNY_M || !skinny_enabled()) return false;
         const dim3 g(grid.x, 1, grid.z);
-        if (max_m <= 16 && mma_enabled()) k_gemm_mma<TRANS_B, EPI><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
-        else k_gemm_skinny<TRANS_B, EPI, SKINNY_M><<<g, 256, 0, stream>>>(jobs, ksplit, counters);
+        if (max_m <= 16 && mma_enabled()) launch_k(pdl, k_gemm_mma<TRANS_B, EPI>, g, dim3(256), 0, stream, jobs, ksplit, counters);
+        else launch_k(pdl, k_gemm_skinny<TRANS_B, EPI, SKINNY_M>, g, dim3(256), 0, stream, jobs, ksplit, counters);
         return true;
     }
     static void preload();
@@ -932,13 +984,13 @@ static int big4_enabled(void) {
     return enabled;
 }
 template <typename real> struct BigGemm4 {
-    template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, cudaStream_t) { return false; }
+    template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, cudaStream_t, bool) { return false; }
     static void preload() {}
 };
 template <> struct BigGemm4<float> {
-    template <bool TRANS_B, int EPI> static bool run(const GemmJob<float>* jobs, dim3 big, cudaStream_t stream) {
+    template <bool TRANS_B, int EPI> static bool run(const GemmJob<float>* jobs, dim3 big, cudaStream_t stream, bool pdl) {
         if (!big4_enabled()) return false;
-        k_gemm_big4<TRANS_B, EPI><<<big, 256, 0, stream>>>(jobs);
+        launch_k(pdl, k_gemm_big4<TRANS_B, EPI>, big, dim3(256), 0, stream, jobs);
         return true;
     }
     static void preload();
@@ -963,6 +1015,7 @@ template <typename real>
 __global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<real>* __restrict__ jobs, int members, const int* __restrict__ all_row_atom,
                                                               double scale, double* __restrict__ atom_energy, int with_forces) {
     const OutputJob<real> job = jobs[blockIdx.y];
+    pdl_start();
     const int row = blockIdx.x;
     if (row >= job.rows) return;
     __shared__ double s_e[NNP_MAX_MEMBERS];
@@ -1148,6 +1201,7 @@ __global__ void __launch_bounds__(FINISH_THREADS) k_finish(const double* __restr
                                                            const int* __restrict__ batch_start, const int* __restrict__ batch_atoms,
                                                            int n_batches, double unit, double* __restrict__ batch_energy, void* energy,
                                                            int energy_is_double, double* total_out, int* flags) {
+    pdl_start();
     __shared__ double s[FINISH_THREADS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int b = warp; b < n_batches; b += FINISH_THREADS / 32) {
@@ -1183,6 +1237,7 @@ __global__ void __launch_bounds__(FINISH_THREADS) k_finish(const double* __restr
    (PLAIN_FIXED_EXTRA more than OpenMM's 2^-32), as Hartree/Å forces are small numbers. */
 #define PLAIN_FIXED_EXTRA 65536.0
 __global__ void k_fixed_to_xyz(const unsigned long long* __restrict__ fixed, int n, double* __restrict__ out) {
+    pdl_start();
     int a = blockIdx.x * blockDim.x + threadIdx.x;
     if (a >= n) return;
     for (int c = 0; c < 3; c++)
@@ -1253,6 +1308,7 @@ struct nnp_cuda_state {
     int fwd_aligned[NNP_MAX_LAYERS], bwd_aligned[NNP_MAX_LAYERS]; /* operands 16-byte aligned (k_gemm_big4) */   /* largest m of a launch's jobs */
     void* partial;    /* split-K workspace, shared by the launches (they run in order) */
     int* counters;    /* split-K tile counters (zero between launches), shared likewise */
+    int pdl; /* programmatic dependent launches (compute capability 9.0 or later; NNP_CUDA_PDL=0: off) */
     int aev_live, aev_angular0; /* stored AEV row length and first angular column (see aev_layout) */
     int n_classes, class_len[NNP_CUDA_MAX_CLASSES]; /* first-layer prefix of each class of batches */
     int class_rows[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES], class_row0[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES];
@@ -1771,6 +1827,9 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         const size_t base = aev_smem_base(s->capacity, sizeof(real));
         const int stride = s->aev_live - s->aev_angular0; /* live angular features */
         const size_t static_smem = sizeof(AevParams<real>) + 1024;
+        int major = 0;
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+        s->pdl = major >= 9 && !(getenv("NNP_CUDA_PDL") && atoi(getenv("NNP_CUDA_PDL")) == 0);
         s->aev_threads = n < sms ? AEV_MAX_THREADS : AEV_THREADS;
         size_t acc = (size_t)(s->aev_threads / 32) * stride * sizeof(real);
         if (base + acc + static_smem > (size_t)optin && s->aev_threads > AEV_THREADS)
@@ -1832,16 +1891,16 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
 
 template <typename real, bool TRANS_B, int EPI>
 static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, int max_m, int aligned, int* counters,
-                 cudaStream_t stream) {
-    if (SkinnyGemm<real>::template run<TRANS_B, EPI>(jobs, grid, ksplit, max_m, counters, stream)) return;
+                 cudaStream_t stream, bool pdl) {
+    if (SkinnyGemm<real>::template run<TRANS_B, EPI>(jobs, grid, ksplit, max_m, counters, stream, pdl)) return;
     if (ksplit == 1) { /* many rows: the 128×128 kernels (grid given in 64-wide tiles) */
         dim3 big((grid.x + 1) / 2, (grid.y + 1) / 2, grid.z);
-        if (!aligned || !BigGemm4<real>::template run<TRANS_B, EPI>(jobs, big, stream))
-            k_gemm_big<real, TRANS_B, EPI><<<big, 256, 0, stream>>>(jobs);
+        if (!aligned || !BigGemm4<real>::template run<TRANS_B, EPI>(jobs, big, stream, pdl))
+            launch_k(pdl, k_gemm_big<real, TRANS_B, EPI>, big, dim3(256), 0, stream, jobs);
         return;
     }
-    k_gemm<real, TRANS_B, EPI><<<grid, 256, 0, stream>>>(jobs, ksplit);
-    k_gemm_reduce<real, EPI><<<dim3(min(1024, (max_mn + 255) / 256), grid.z / ksplit), 256, 0, stream>>>(jobs, ksplit);
+    launch_k(pdl, k_gemm<real, TRANS_B, EPI>, grid, dim3(256), 0, stream, jobs, ksplit);
+    launch_k(pdl, k_gemm_reduce<real, EPI>, dim3(min(1024, (max_mn + 255) / 256), grid.z / ksplit), dim3(256), 0, stream, jobs, ksplit);
 }
 
 template <typename real>
@@ -1859,31 +1918,38 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
 #define MARK() \
     if (profile) cudaEventRecord(s->events[stage++], stream)
     MARK();
+    /* Every kernel but the first may be a programmatic dependent launch (pdl_wait; not while the
+       stages are timed); the plain force buffer is cleared before the first. */
+    const bool pdl = s->pdl && !profile;
+    if (n > 0 && with_forces && io->forces_format != NNP_FORCES_FIXED_POINT)
+        cudaMemsetAsync(s->fixed, 0, sizeof(unsigned long long) * 3 * n, stream);
     if (n > 0) {
         if (io->sorted_particles)
-            k_inverse_order<<<(s->n_particles + 255) / 256, 256, 0, stream>>>(io->sorted_particles, s->n_particles, s->index_of);
-        k_gather<real><<<(n + 127) / 128, 128, 0, stream>>>(io->positions, io->positions_format, s->particle,
-                                                             io->sorted_particles ? s->index_of : NULL, n, (real)to_angstrom,
-                                                             (real4*)s->xyz, s->force_index, s->flags);
-        k_neighbors<real><<<(n * 32 + 127) / 128, 128, 0, stream>>>((real4*)s->xyz, s->atom_batch, s->batch_start,
-                                                                     s->batch_atoms, n, (real)(m->aev.Rcr * m->aev.Rcr), box,
-                                                                     s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec, s->flags);
+            launch_k(false, k_inverse_order, dim3((s->n_particles + 255) / 256), dim3(256), 0, stream, io->sorted_particles,
+                     s->n_particles, s->index_of);
+        launch_k(pdl && io->sorted_particles, k_gather<real>, dim3((n + 127) / 128), dim3(128), 0, stream, io->positions,
+                 io->positions_format, (const int*)s->particle, (const int*)(io->sorted_particles ? s->index_of : NULL), n,
+                 (real)to_angstrom, (real4*)s->xyz, s->force_index, s->flags);
+        launch_k(pdl, k_neighbors<real>, dim3((n * 32 + 127) / 128), dim3(128), 0, stream, (const real4*)s->xyz,
+                 (const int*)s->atom_batch, (const int*)s->batch_start, (const int*)s->batch_atoms, n,
+                 (real)(m->aev.Rcr * m->aev.Rcr), box, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec, s->flags);
         MARK();
-        k_aev<real><<<n, s->aev_threads, s->aev_shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec,
-                                                              s->element, (real*)s->aev, (int)A, s->aev_acc_stride);
+        launch_k(pdl, k_aev<real>, dim3(n), dim3(s->aev_threads), s->aev_shmem, stream, P, (const int*)s->row_atom, s->capacity,
+                 (const int*)s->count, (const int*)s->nbr_index, (const real4*)s->nbr_vec, (const int*)s->element, (real*)s->aev,
+                 (int)A, s->aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
         for (int h = 0; h < s->n_hidden; h++)
-            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->fwd_aligned[h], s->counters, stream);
+            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->fwd_aligned[h], s->counters, stream, pdl);
         MARK();
         const double scale = 1.0 / M;
-        k_output<real><<<dim3(s->max_rows, s->n_out_jobs), 32 * min(M, OUTPUT_WARPS), 0, stream>>>(
-            (const OutputJob<real>*)s->out_jobs, M, s->row_atom, scale, s->atom_energy, with_forces);
+        launch_k(pdl, k_output<real>, dim3(s->max_rows, s->n_out_jobs), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream,
+                 (const OutputJob<real>*)s->out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
         MARK();
         if (with_forces) {
             for (int h = s->n_hidden - 1; h >= 1; h--)
-                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->bwd_aligned[h], s->counters, stream);
-            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->bwd_aligned[0], s->counters, stream);
+                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->bwd_aligned[h], s->counters, stream, pdl);
+            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->bwd_aligned[0], s->counters, stream, pdl);
             MARK();
             unsigned long long* target;
             const int* findex;
@@ -1893,29 +1959,30 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                 target = (unsigned long long*)io->forces;
                 stride = io->forces_stride;
                 findex = s->force_index; /* where each atom's position came from */
-            } else {
-                cudaMemsetAsync(s->fixed, 0, sizeof(unsigned long long) * 3 * n, stream);
+            } else { /* cleared at the start */
                 target = s->fixed;
                 stride = n;
                 findex = s->identity;
                 force_unit *= PLAIN_FIXED_EXTRA;
             }
             if (s->bwd_slices > 1)
-                k_aev_backward<real, true><<<dim3(n, s->bwd_slices), AEV_THREADS, s->bwd_shmem, stream>>>(
-                    P, s->row_atom, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec, s->element, (real*)s->daev, (int)A,
-                    findex, target, stride, force_unit);
+                launch_k(pdl, k_aev_backward<real, true>, dim3(n, s->bwd_slices), dim3(AEV_THREADS), s->bwd_shmem, stream, P,
+                         (const int*)s->row_atom, s->capacity, (const int*)s->count, (const int*)s->nbr_index, (const real4*)s->nbr_vec,
+                         (const int*)s->element, (const real*)s->daev, (int)A, findex, target, stride, force_unit);
             else
-                k_aev_backward<real, false><<<n, BWD_THREADS, s->bwd_shmem, stream>>>(P, s->row_atom, s->capacity, s->count, s->nbr_index,
-                                                                               (real4*)s->nbr_vec, s->element, (real*)s->daev, (int)A,
-                                                                               findex, target, stride, force_unit);
+                launch_k(pdl, k_aev_backward<real, false>, dim3(n), dim3(BWD_THREADS), s->bwd_shmem, stream, P,
+                         (const int*)s->row_atom, s->capacity, (const int*)s->count, (const int*)s->nbr_index, (const real4*)s->nbr_vec,
+                         (const int*)s->element, (const real*)s->daev, (int)A, findex, target, stride, force_unit);
             if (io->forces_format == NNP_FORCES_XYZ_DOUBLE)
-                k_fixed_to_xyz<<<(n + 127) / 128, 128, 0, stream>>>(s->fixed, n, (double*)io->forces);
+                launch_k(pdl, k_fixed_to_xyz, dim3((n + 127) / 128), dim3(128), 0, stream, (const unsigned long long*)s->fixed, n,
+                         (double*)io->forces);
             MARK();
         }
     }
     while (profile && stage < NNP_CUDA_STAGES) MARK(); /* stages skipped (no atoms or no forces) take no time */
-    k_finish<<<1, FINISH_THREADS, 0, stream>>>(s->atom_energy, s->self_energy, s->batch_start, s->batch_atoms, s->n_batches, eunit,
-                                               s->batch_energy, io->energy, io->energy_is_double, s->total, s->flags);
+    launch_k(pdl && n > 0, k_finish, dim3(1), dim3(FINISH_THREADS), 0, stream, (const double*)s->atom_energy,
+             (const double*)s->self_energy, (const int*)s->batch_start, (const int*)s->batch_atoms, s->n_batches, eunit,
+             s->batch_energy, io->energy, io->energy_is_double, s->total, s->flags);
     MARK();
 #undef MARK
     cudaMemcpyAsync(s->host_flags, s->flags + 4, sizeof(int) * 4, cudaMemcpyDeviceToHost, stream);
