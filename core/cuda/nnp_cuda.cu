@@ -943,12 +943,10 @@ static int skinny_enabled(void) {
 /* Launches a kernel, as a programmatic dependent launch when pdl is set (see pdl_wait). */
 template <typename... KArgs, typename... Args>
 static void launch_k(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
-    cudaLaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
+    cudaLaunchAttribute attr = {};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config;
-    memset(&config, 0, sizeof config);
+    cudaLaunchConfig_t config = {};
     config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
     config.attrs = &attr, config.numAttrs = pdl ? 1 : 0;
     cudaLaunchKernelEx(&config, kernel, args...);
