@@ -57,7 +57,9 @@ PY
       env ${quick:+NNP_TEST_QUICK=1} timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-$tool.log" 2>&1
       echo "compute-sanitizer $tool on test_cuda: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -n 1))"
     done
-    # The many-rows GEMM runs only on the large systems of the whole test: racecheck that kernel there.
+    # The many-rows GEMM runs only on the large systems of the whole test: racecheck that kernel there
+    # (about 2-5 minutes; RACECHECK_BIG=0 skips it).
+    [ "${RACECHECK_BIG:-1}" = 0 ] && { echo "racecheck of k_gemm_big*: skipped (RACECHECK_BIG=0)"; continue; }
     timeout 300 compute-sanitizer --tool racecheck --kernel-name kns=k_gemm_big --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-racecheck-big.log" 2>&1
     echo "compute-sanitizer racecheck (k_gemm_big*) on test_cuda: exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-big.log" | tail -n 1))" ;;
   sanitize-integrators)

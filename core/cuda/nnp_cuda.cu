@@ -463,6 +463,31 @@ __device__ void splitk_fixup(const GemmJob<real>& job, int ksplit, int row0, int
     if (threadIdx.x == 0) *counter = 0;
 }
 
+/* Split-K part of block z = job·ksplit + part: k in [kbegin, kend), parts of a multiple of GEMM_K. */
+struct KPart {
+    int part, kbegin, kend;
+};
+__device__ __forceinline__ KPart k_part(int k, int ksplit) {
+    KPart p;
+    p.part = blockIdx.z % ksplit;
+    const int kc = ((k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
+    p.kbegin = p.part * kc, p.kend = min(k, p.kbegin + kc);
+    return p;
+}
+
+/* The few-rows kernels' output (rows 0..m-1, one 64-column tile at col0): a part's sum into the
+   split-K workspace, or the result with its epilogue when the launch is not split. */
+template <int EPI>
+__device__ __forceinline__ void few_rows_put(const GemmJob<float>& job, int ksplit, int part, int r, int gcol, float v) {
+    if (r >= job.m || gcol >= job.n) return;
+    if (ksplit > 1) job.partial[((size_t)part * job.m + r) * job.n + gcol] = v;
+    else job.C[(size_t)r * job.ldc + gcol] = epilogue<float>(EPI, job, r, gcol, v);
+}
+template <int EPI> __device__ __forceinline__ void few_rows_fixup(const GemmJob<float>& job, int ksplit, int col0, int* counters) {
+    if (ksplit > 1)
+        splitk_fixup<float, EPI>(job, ksplit, 0, job.m, col0, GEMM_TILE, counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x);
+}
+
 /* Split-K (small row counts, where one block per tile would walk a long k loop alone): block z
    = job·ksplit + part computes k in [part·kc, (part+1)·kc) into partial; k_gemm_reduce adds the
    parts in order and applies the epilogue, so the result does not depend on scheduling. (Its 64×64
@@ -471,9 +496,8 @@ template <typename real, bool TRANS_B, int EPI>
 __global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ jobs, int ksplit) {
     const GemmJob<real> job = jobs[blockIdx.z / ksplit];
     pdl_start();
-    const int part = blockIdx.z % ksplit;
-    const int kc = ((job.k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
-    const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
+    const KPart kp = k_part(job.k, ksplit);
+    const int part = kp.part, kbegin = kp.kbegin, kend = kp.kend;
     int row0 = blockIdx.y * GEMM_TILE, col0 = blockIdx.x * GEMM_TILE;
     if (row0 >= job.m || col0 >= job.n) return;
     __shared__ real As[GEMM_K][GEMM_TILE + 1];
@@ -715,9 +739,8 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big4(const GemmJob<float>* __re
 template <bool TRANS_B, int EPI, int MR>
 __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
-    const int part = blockIdx.z % ksplit;
-    const int kc = ((job.k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
-    const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
+    const KPart kp = k_part(job.k, ksplit);
+    const int part = kp.part, kbegin = kp.kbegin, kend = kp.kend;
     const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
     if (col0 >= job.n) {
         pdl_start();
@@ -779,12 +802,7 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
 #pragma unroll
         for (int i = 0; i < 16; i++) w[i] = wn[i];
     }
-    auto put = [&](int r, int c, float v) {
-        int g = col0 + c;
-        if (r >= m || g >= job.n) return;
-        if (ksplit > 1) job.partial[((size_t)part * m + r) * job.n + g] = v;
-        else job.C[(size_t)r * job.ldc + g] = epilogue<float>(EPI, job, r, g, v);
-    };
+    auto put = [&](int r, int c, float v) { few_rows_put<EPI>(job, ksplit, part, r, col0 + c, v); };
     if (TRANS_B) {
         /* The 4 threads of a column are 4 consecutive lanes: a butterfly gives each the same sum
            ((a+b)+(c+d), by commutativity); thread tg writes rows tg, tg+4, ... */
@@ -805,8 +823,7 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
             put(r, c, ((Red[0][r][c] + Red[1][r][c]) + Red[2][r][c]) + Red[3][r][c]);
         }
     }
-    if (ksplit > 1)
-        splitk_fixup<float, EPI>(job, ksplit, 0, m, col0, GEMM_TILE, counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x);
+    few_rows_fixup<EPI>(job, ksplit, col0, counters);
 }
 
 /*
@@ -836,9 +853,8 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], unsigned a0, unsigned a1
 template <bool TRANS_B, int EPI>
 __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
-    const int part = blockIdx.z % ksplit;
-    const int kc = ((job.k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
-    const int kbegin = part * kc, kend = min(job.k, kbegin + kc);
+    const KPart kp = k_part(job.k, ksplit);
+    const int part = kp.part, kbegin = kp.kbegin, kend = kp.kend;
     const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
     if (col0 >= job.n) {
         pdl_start();
@@ -917,20 +933,14 @@ __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restri
             mma_tf32(high, ah.x, ah.y, ah.z, ah.w, bh0, bh1);
         }
     }
-    auto put = [&](int r, int c, float v) {
-        const int gcol = col0 + c;
-        if (r >= m || gcol >= job.n) return;
-        if (ksplit > 1) job.partial[((size_t)part * m + r) * job.n + gcol] = v;
-        else job.C[(size_t)r * job.ldc + gcol] = epilogue<float>(EPI, job, r, gcol, v);
-    };
+    auto put = [&](int r, int c, float v) { few_rows_put<EPI>(job, ksplit, part, r, col0 + c, v); };
     /* D fragment: (row g, columns 2tq and 2tq+1), then row g + 8 */
 #pragma unroll
     for (int c = 0; c < 4; c++) {
         const float v = ((acc[0][c] + acc[2][c]) + (acc[1][c] + acc[3][c]));
         put(g + 8 * (c / 2), warp * 8 + 2 * tq + (c % 2), v);
     }
-    if (ksplit > 1)
-        splitk_fixup<float, EPI>(job, ksplit, 0, m, col0, GEMM_TILE, counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x);
+    few_rows_fixup<EPI>(job, ksplit, col0, counters);
 }
 
 /* Chooses the few-rows kernel where it applies (float32, m <= SKINNY_M; NNP_CUDA_SKINNY=0 turns it
