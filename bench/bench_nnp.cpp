@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
             double total = 0;
             for (int k = 0; k < 7; k++) total += sum[k];
             share = sum[6] / graph * 100;
-            printf("          stages (µs, evaluation alone, %.1f in all): neighbours %.1f, AEV %.1f, forward %.1f, "
+            printf("          stages (µs, evaluation alone, %.1f in all): positions %.1f, neighbours + AEV %.1f, forward %.1f, "
                    "output %.1f, backward %.1f, AEV backward %.1f, batch sums %.1f\n", total, sum[0], sum[1], sum[2], sum[3],
                    sum[4], sum[5], sum[6]);
             cudaFree(d_pos), cudaFree(d_f), cudaFree(d_e);

@@ -4,9 +4,9 @@
  *
  * One evaluation is a fixed sequence of kernels whose sizes all come from the plan (cached when
  * the atoms were set and the buffers made, at the last evaluation outside stream capture):
- *   gather        positions of the plan's atoms (any layout, OpenMM's reordering) → Å
- *   neighbours    pairs within Rcr in the same batch, per atom in index order (warp ballots)
- *   aev           one block per atom, one thread per AEV feature (each sums in neighbour order)
+ *   positions     where each particle is in OpenMM's reordered buffers (when reordered)
+ *   aev           one block per atom: its position (any layout) → Å, its neighbours within Rcr in
+ *                 the same batch in index order (block-wide ballots), then its AEV
  *   layer 1       all members at once: [atoms of element e] × [members·width] GEMM
  *   layers 2..L-1 per (element, member) GEMM with bias and CELU
  *   output        per-atom energy (ensemble mean) and the first backward step
@@ -28,7 +28,7 @@
 #define NNP_CUDA_MAX_CLASSES 8 /* classes of first-layer prefixes (see aev_layout) */
 #define NNP_CUDA_MAX_NEIGHBORS 512 /* per atom, for batches larger than this plus one */
 #define NNP_PI_F 3.14159265358979323846
-#define NNP_CUDA_STAGES 7 /* positions+neighbours, AEV, forward, output, backward, forces, batch sums */
+#define NNP_CUDA_STAGES 7 /* positions, neighbours+AEV, forward, output, backward, forces, batch sums */
 #define AEV_THREADS 256      /* AEV kernels' block size, */
 #define AEV_MAX_THREADS 1024 /* and k_aev's for few atoms (more warps share each atom's pairs) */
 #define BWD_THREADS 128
@@ -141,18 +141,16 @@ __global__ void k_inverse_order(const int* __restrict__ order, int n, int* __res
     if (i < n) index_of[order[i]] = i;
 }
 
-/* Positions of the plan's atoms in Å. Flags: [0] non-finite coordinate (atom + 1, smallest). */
+/* Atom a's position in Å, read from the caller's buffer (OpenMM's reordered layout through
+   index_of, or the plan's particle order), converted in double and rounded once to real. *at: the
+   slot it came from; *finite: whether all three coordinates are finite. */
 template <typename real>
-__global__ void k_gather(const void* __restrict__ positions, int format, const int* __restrict__ particle,
-                         const int* __restrict__ index_of, int n, real to_angstrom,
-                         typename real4_of<real>::type* __restrict__ xyz, int* __restrict__ position_index,
-                         int* __restrict__ flags) {
-    pdl_start();
-    int a = blockIdx.x * blockDim.x + threadIdx.x;
-    if (a >= n) return;
-    int p = particle[a];
-    int i = index_of ? index_of[p] : p;
-    position_index[a] = i;
+__device__ __forceinline__ typename real4_of<real>::type load_position(const void* __restrict__ positions, int format,
+                                                                       const int* __restrict__ particle,
+                                                                       const int* __restrict__ index_of, int a,
+                                                                       real to_angstrom, int* at, bool* finite) {
+    const int p = particle[a];
+    const int i = index_of ? index_of[p] : p;
     double x, y, z;
     if (format == NNP_POSITIONS_FLOAT4) {
         float4 v = ((const float4*)positions)[i];
@@ -164,63 +162,35 @@ __global__ void k_gather(const void* __restrict__ positions, int format, const i
         const double* v = (const double*)positions + 3 * (size_t)i;
         x = v[0], y = v[1], z = v[2];
     }
-    if (!isfinite(x) || !isfinite(y) || !isfinite(z)) atomicMin(&flags[0], a);
+    *at = i;
+    *finite = isfinite(x) && isfinite(y) && isfinite(z);
     typename real4_of<real>::type r;
     r.x = (real)(x * (double)to_angstrom), r.y = (real)(y * (double)to_angstrom), r.z = (real)(z * (double)to_angstrom);
     r.w = 0;
-    xyz[a] = r;
-}
-
-/*
- * Neighbours within Rcr in the same batch, one warp per atom, in index order. Entries: neighbour
- * index, and (r_j − r_i, d) in Å. Count above capacity raises flags[1] (largest count seen).
- */
-template <typename real>
-__global__ void k_neighbors(const typename real4_of<real>::type* __restrict__ xyz, const int* __restrict__ atom_batch,
-                            const int* __restrict__ batch_start, const int* __restrict__ batch_atoms, int n,
-                            real rc2, Box<real> box, int capacity, int* __restrict__ count,
-                            int* __restrict__ nbr_index, typename real4_of<real>::type* __restrict__ nbr_vec,
-                            int* __restrict__ flags) {
-    pdl_start();
-    int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-    if (warp >= n) return;
-    int i = warp;
-    typename real4_of<real>::type ri = xyz[i];
-    int b = atom_batch[i];
-    int found = 0;
-    for (int q0 = batch_start[b]; q0 < batch_start[b + 1]; q0 += 32) {
-        int q = q0 + lane;
-        bool hit = false;
-        int j = -1;
-        real dx = 0, dy = 0, dz = 0, d2 = 0;
-        if (q < batch_start[b + 1]) {
-            j = batch_atoms[q];
-            if (j != i) {
-                typename real4_of<real>::type rj = xyz[j];
-                dx = rj.x - ri.x, dy = rj.y - ri.y, dz = rj.z - ri.z;
-                min_image(dx, dy, dz, box);
-                d2 = dx * dx + dy * dy + dz * dz;
-                hit = d2 <= rc2;
-                if (hit && d2 == 0) atomicMax(&flags[2], 1); /* coincident atoms */
-            }
-        }
-        unsigned mask = __ballot_sync(0xffffffffu, hit);
-        int slot = found + __popc(mask & ((1u << lane) - 1));
-        if (hit && slot < capacity) {
-            nbr_index[(size_t)i * capacity + slot] = j;
-            typename real4_of<real>::type v;
-            v.x = dx, v.y = dy, v.z = dz, v.w = dsqrt(d2);
-            nbr_vec[(size_t)i * capacity + slot] = v;
-        }
-        found += __popc(mask);
-    }
-    if (lane == 0) {
-        count[i] = found < capacity ? found : capacity;
-        if (found > capacity) atomicMax(&flags[1], found);
-    }
+    return r;
 }
 
 /* ------------------------------------------------------------------ AEV */
+
+/* Order-preserving compaction step over one chunk of the block's threads: returns the place of
+   this thread's item (when `in`) after the *total items placed before the chunk, and adds the
+   chunk's count to *total (the same value in every thread). s_scan: one int per warp. Ends with
+   __syncthreads, so the shared items written before the call are visible after it. */
+__device__ __forceinline__ int block_rank(bool in, int* s_scan, int* total) {
+    const unsigned mask = __ballot_sync(0xffffffffu, in);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads(); /* the previous chunk's reads of s_scan are done */
+    if (lane == 0) s_scan[warp] = __popc(mask);
+    __syncthreads();
+    int before = 0, chunk = 0;
+    for (int w = 0; w < (int)blockDim.x / 32; w++) {
+        before += w < warp ? s_scan[w] : 0;
+        chunk += s_scan[w];
+    }
+    const int place = *total + before + __popc(mask & ((1u << lane) - 1));
+    *total += chunk;
+    return place;
+}
 
 template <typename real> __device__ __forceinline__ real cutoff_fn(real d, real rc) {
     return (real)0.5 * dcos((real)NNP_PI_F * d / rc) + (real)0.5;
@@ -229,45 +199,29 @@ template <typename real> __device__ __forceinline__ real cutoff_deriv(real d, re
     return (real)(-0.5 * NNP_PI_F) / rc * dsin((real)NNP_PI_F * d / rc);
 }
 
-/* Loads atom i's neighbours into shared memory (with their cutoff values and derivatives at Rcr
-   and Rca, computed once per neighbour rather than per feature or pair) and lists those within Rca,
-   in order. */
+/* Neighbour tables of one atom, from the vectors in shared memory: the cutoff values and
+   derivatives at Rcr and Rca, computed once per neighbour rather than per feature or pair, and the
+   list of neighbours within Rca, in order. */
 template <typename real>
-__device__ int load_neighbors(int i, int capacity, const int* __restrict__ count, const int* __restrict__ nbr_index,
-                              const typename real4_of<real>::type* __restrict__ nbr_vec, const int* __restrict__ element,
-                              real Rcr, real Rca, typename real4_of<real>::type* s_vec, typename real4_of<real>::type* s_cut,
-                              int* s_el, int* s_ang, int* s_nang, int* s_scan) {
-    int nn = count[i];
+__device__ void neighbor_tables(int nn, real Rcr, real Rca, const typename real4_of<real>::type* s_vec,
+                                typename real4_of<real>::type* s_cut, int* s_ang, int* s_nang, int* s_scan) {
     for (int a = threadIdx.x; a < nn; a += blockDim.x) {
-        const typename real4_of<real>::type v = nbr_vec[(size_t)i * capacity + a];
-        s_vec[a] = v;
-        s_el[a] = element[nbr_index[(size_t)i * capacity + a]];
+        const real d = s_vec[a].w;
         typename real4_of<real>::type c;
-        c.x = cutoff_fn(v.w, Rcr), c.y = cutoff_deriv(v.w, Rcr);
-        c.z = v.w <= Rca ? cutoff_fn(v.w, Rca) : (real)0, c.w = v.w <= Rca ? cutoff_deriv(v.w, Rca) : (real)0;
+        c.x = cutoff_fn(d, Rcr), c.y = cutoff_deriv(d, Rcr);
+        c.z = d <= Rca ? cutoff_fn(d, Rca) : (real)0, c.w = d <= Rca ? cutoff_deriv(d, Rca) : (real)0;
         s_cut[a] = c;
     }
-    __syncthreads();
     /* Order-preserving compaction of the angular neighbours: one chunk of blockDim at a time. */
     int total = 0;
     for (int base = 0; base < nn; base += blockDim.x) {
-        int a = base + threadIdx.x;
-        bool in = a < nn && s_vec[a].w <= Rca;
-        unsigned mask = __ballot_sync(0xffffffffu, in);
-        int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        if (lane == 0) s_scan[warp] = __popc(mask);
-        __syncthreads();
-        int before = 0;
-        for (int w = 0; w < warp; w++) before += s_scan[w];
-        int chunk_total = 0;
-        for (int w = 0; w < (int)blockDim.x / 32; w++) chunk_total += s_scan[w];
-        if (in) s_ang[total + before + __popc(mask & ((1u << lane) - 1))] = a;
-        total += chunk_total;
-        __syncthreads();
+        const int a = base + threadIdx.x;
+        const bool in = a < nn && s_vec[a].w <= Rca;
+        const int before = block_rank(in, s_scan, &total);
+        if (in) s_ang[before] = a;
     }
     if (threadIdx.x == 0) *s_nang = total;
     __syncthreads();
-    return nn;
 }
 
 /* Copies the AEV parameters from device memory into shared memory (indexed per thread, they
@@ -289,37 +243,126 @@ template <typename real> struct AevAtom {
     int nn, na; /* neighbours, and those within Rca */
 };
 static size_t aev_smem_base(int capacity, size_t real_size) { return (size_t)capacity * (8 * real_size + 2 * sizeof(int)); }
-template <typename real>
-__device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __restrict__ params, AevParams<real>& P, int i,
-                                  int capacity, const int* __restrict__ count, const int* __restrict__ nbr_index,
-                                  const typename real4_of<real>::type* __restrict__ nbr_vec, const int* __restrict__ element,
-                                  int* s_nang, int* s_scan) {
+template <typename real> __device__ AevAtom<real> aev_smem(unsigned char* smem, int capacity) {
     AevAtom<real> a;
     a.vec = (typename real4_of<real>::type*)smem;
     a.cut = a.vec + capacity;
     a.el = (int*)(a.cut + capacity);
     a.ang = a.el + capacity;
     a.rest = a.ang + capacity;
+    return a;
+}
+/* The backward kernel's start: atom i's neighbours as listed by k_aev. */
+template <typename real>
+__device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __restrict__ params, AevParams<real>& P, int i,
+                                  int capacity, const int* __restrict__ count, const int* __restrict__ nbr_index,
+                                  const typename real4_of<real>::type* __restrict__ nbr_vec, const int* __restrict__ element,
+                                  int* s_nang, int* s_scan) {
+    AevAtom<real> a = aev_smem<real>(smem, capacity);
     load_params(params, P); /* constant: before the wait */
     pdl_start();
-    a.nn = load_neighbors<real>(i, capacity, count, nbr_index, nbr_vec, element, P.Rcr, P.Rca, a.vec, a.cut, a.el, a.ang, s_nang, s_scan);
+    a.nn = count[i];
+    for (int q = threadIdx.x; q < a.nn; q += blockDim.x) {
+        a.vec[q] = nbr_vec[(size_t)i * capacity + q];
+        a.el[q] = element[nbr_index[(size_t)i * capacity + q]];
+    }
+    __syncthreads();
+    neighbor_tables<real>(a.nn, P.Rcr, P.Rca, a.vec, a.cut, a.ang, s_nang, s_scan);
     a.na = *s_nang;
     return a;
 }
 
-/* AEVs, one block per atom (rows in element order). acc_stride > 0 selects the pair-parallel
+/* What k_aev needs to find each atom's neighbours from the caller's positions. */
+template <typename real> struct FrontIn {
+    const void* positions;
+    const int *particle, *index_of; /* index_of: where each particle is in OpenMM's order, or NULL */
+    const int *atom_batch, *batch_start, *batch_atoms;
+    int* force_index; /* out: where each atom's position came from */
+    int* count;       /* out: neighbours per atom (at most capacity) */
+    int* nbr_index;
+    typename real4_of<real>::type* nbr_vec; /* out: (r_j − r_i, d) in Å */
+    int* flags;
+    Box<real> box;
+    real to_angstrom, rc2;
+    int format;
+};
+
+/*
+ * The forward kernel's start: atom i's position, then its neighbours (atoms of the same batch within
+ * Rcr, minimum image if periodic) found by the whole block over the batch in index order, kept in
+ * shared memory and listed for the backward kernel. Flags: [0] non-finite coordinate (smallest
+ * atom), [1] count above capacity (largest count seen), [2] coincident atoms.
+ */
+template <typename real>
+__device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* __restrict__ params, AevParams<real>& P, int i,
+                                    int capacity, const FrontIn<real>& in, const int* __restrict__ element,
+                                    typename real4_of<real>::type* s_ri, int* s_nang, int* s_scan) {
+    typedef typename real4_of<real>::type real4;
+    AevAtom<real> a = aev_smem<real>(smem, capacity);
+    load_params(params, P); /* constant: before the wait */
+    pdl_start();
+    if (threadIdx.x == 0) {
+        int at;
+        bool finite;
+        *s_ri = load_position<real>(in.positions, in.format, in.particle, in.index_of, i, in.to_angstrom, &at, &finite);
+        in.force_index[i] = at;
+        if (!finite) atomicMin(&in.flags[0], i);
+    }
+    __syncthreads();
+    const real4 ri = *s_ri;
+    const int b = in.atom_batch[i], q1 = in.batch_start[b + 1];
+    int found = 0;
+    for (int base = in.batch_start[b]; base < q1; base += blockDim.x) {
+        const int q = base + threadIdx.x;
+        bool hit = false;
+        int j = -1;
+        real dx = 0, dy = 0, dz = 0, d2 = 0;
+        if (q < q1) {
+            j = in.batch_atoms[q];
+            if (j != i) {
+                int at;
+                bool finite;
+                const real4 rj = load_position<real>(in.positions, in.format, in.particle, in.index_of, j, in.to_angstrom, &at, &finite);
+                dx = rj.x - ri.x, dy = rj.y - ri.y, dz = rj.z - ri.z;
+                min_image(dx, dy, dz, in.box);
+                d2 = dx * dx + dy * dy + dz * dz;
+                hit = d2 <= in.rc2;
+                if (hit && d2 == 0) atomicMax(&in.flags[2], 1); /* coincident atoms */
+            }
+        }
+        const int slot = block_rank(hit, s_scan, &found);
+        if (hit && slot < capacity) {
+            real4 v;
+            v.x = dx, v.y = dy, v.z = dz, v.w = dsqrt(d2);
+            a.vec[slot] = v;
+            a.el[slot] = element[j];
+            in.nbr_index[(size_t)i * capacity + slot] = j;
+            in.nbr_vec[(size_t)i * capacity + slot] = v;
+        }
+    }
+    a.nn = min(found, capacity);
+    if (threadIdx.x == 0) {
+        in.count[i] = a.nn;
+        if (found > capacity) atomicMax(&in.flags[1], found);
+    }
+    __syncthreads();
+    neighbor_tables<real>(a.nn, P.Rcr, P.Rca, a.vec, a.cut, a.ang, s_nang, s_scan);
+    a.na = *s_nang;
+    return a;
+}
+
+/* AEVs, one block per atom (rows in element order), from the positions (see aev_search). acc_stride > 0 selects the pair-parallel
    angular path and is the length of each warp's accumulator row in the dynamic shared memory. */
 template <typename real>
 __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
-                                                     const int* __restrict__ count, const int* __restrict__ nbr_index,
-                                                     const typename real4_of<real>::type* __restrict__ nbr_vec,
-                                                     const int* __restrict__ element, real* __restrict__ aev, int ld,
-                                                     int acc_stride) {
+                                                     const FrontIn<real> in, const int* __restrict__ element, real* __restrict__ aev,
+                                                     int ld, int acc_stride) {
     extern __shared__ unsigned char smem[];
     __shared__ int s_nang, s_scan[AEV_MAX_THREADS / 32];
     __shared__ AevParams<real> P;
+    __shared__ typename real4_of<real>::type s_ri;
     const int row = blockIdx.x;
-    const AevAtom<real> at = aev_atom<real>(smem, params, P, row_atom[row], capacity, count, nbr_index, nbr_vec, element, &s_nang, s_scan);
+    const AevAtom<real> at = aev_search<real>(smem, params, P, row_atom[row], capacity, in, element, &s_ri, &s_nang, s_scan);
     const typename real4_of<real>::type *s_vec = at.vec, *s_cut = at.cut;
     const int *s_el = at.el, *s_ang = at.ang, nn = at.nn, na = at.na;
     real* out = aev + (size_t)row * ld;
@@ -950,9 +993,18 @@ static int skinny_enabled(void) {
     if (enabled < 0) enabled = !(getenv("NNP_CUDA_SKINNY") && atoi(getenv("NNP_CUDA_SKINNY")) == 0);
     return enabled;
 }
+/* Diagnostics for timing only, the results being wrong: NNP_CUDA_DEBUG_KERNELS=k launches only the
+   first k kernels of each evaluation (read once per process), so that the cost of each kernel in a
+   real step, launch overlap included, can be measured by difference. */
+static int debug_kernels = -2, debug_launched;
+static bool debug_skip(void) {
+    if (debug_kernels == -2) debug_kernels = getenv("NNP_CUDA_DEBUG_KERNELS") ? atoi(getenv("NNP_CUDA_DEBUG_KERNELS")) : -1;
+    return debug_kernels >= 0 && debug_launched++ >= debug_kernels;
+}
 /* Launches a kernel, as a programmatic dependent launch when pdl is set (see pdl_wait). */
 template <typename... KArgs, typename... Args>
 static void launch_k(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+    if (debug_skip()) return;
     cudaLaunchAttribute attr = {};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
@@ -1301,7 +1353,7 @@ struct nnp_cuda_state {
     void* out_jobs;   /* OutputJob<real>, one per element present */
     int n_out_jobs, max_rows;
     int *particle, *identity, *element, *atom_batch, *batch_start, *batch_atoms, *row_atom, *index_of, *force_index, *count, *nbr_index, *flags;
-    void *xyz, *nbr_vec, *aev, *daev, *weights;
+    void *nbr_vec, *aev, *daev, *weights;
     void* Y[NNP_MAX_LAYERS];
     void* D[NNP_MAX_LAYERS];
     double *atom_energy, *self_energy, *batch_energy, *total;
@@ -1336,7 +1388,7 @@ static void free_state(nnp_cuda_state* s) {
     CUcontext previous = NULL;
     int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
     void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->particle, s->identity, s->element, s->atom_batch, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
-                    s->force_index, s->count, s->nbr_index, s->flags, s->xyz, s->nbr_vec, s->aev, s->daev, s->weights,
+                    s->force_index, s->count, s->nbr_index, s->flags, s->nbr_vec, s->aev, s->daev, s->weights,
                     s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
     for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
@@ -1401,8 +1453,6 @@ void SkinnyGemm<float>::preload() {
 
 template <typename real> static void preload(const nnp_cuda_state* s) {
     configure_kernel(k_inverse_order, 256, 0);
-    configure_kernel(k_gather<real>, 128, 0);
-    configure_kernel(k_neighbors<real>, 128, 0);
     configure_kernel(k_aev<real>, s->aev_threads, s->aev_shmem);
     configure_kernel(k_gemm<real, true, EPI_BIAS_CELU>, 256, 0);
     configure_kernel(k_gemm<real, false, EPI_DERIV>, 256, 0);
@@ -1691,7 +1741,6 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     TRY_ALLOC(s->count, sizeof(int) * n);
     TRY_ALLOC(s->nbr_index, sizeof(int) * n * cap);
     TRY_ALLOC(s->flags, sizeof(int) * 8);
-    TRY_ALLOC(s->xyz, 4 * rs * n);
     TRY_ALLOC(s->nbr_vec, 4 * rs * n * cap);
     TRY_ALLOC(s->aev, rs * n * A);
     TRY_ALLOC(s->daev, rs * n * A);
@@ -1929,22 +1978,22 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
     /* Every kernel but the first may be a programmatic dependent launch (pdl_wait; not while the
        stages are timed); the plain force buffer is cleared before the first. */
     const bool pdl = s->pdl && !profile;
+    debug_launched = 0;
     if (n > 0 && with_forces && io->forces_format != NNP_FORCES_FIXED_POINT)
         cudaMemsetAsync(s->fixed, 0, sizeof(unsigned long long) * 3 * n, stream);
     if (n > 0) {
         if (io->sorted_particles)
             launch_k(false, k_inverse_order, dim3((s->n_particles + 255) / 256), dim3(256), 0, stream, io->sorted_particles,
                      s->n_particles, s->index_of);
-        launch_k(pdl && io->sorted_particles, k_gather<real>, dim3((n + 127) / 128), dim3(128), 0, stream, io->positions,
-                 io->positions_format, (const int*)s->particle, (const int*)(io->sorted_particles ? s->index_of : NULL), n,
-                 (real)to_angstrom, (real4*)s->xyz, s->force_index, s->flags);
-        launch_k(pdl, k_neighbors<real>, dim3((n * 32 + 127) / 128), dim3(128), 0, stream, (const real4*)s->xyz,
-                 (const int*)s->atom_batch, (const int*)s->batch_start, (const int*)s->batch_atoms, n,
-                 (real)(m->aev.Rcr * m->aev.Rcr), box, s->capacity, s->count, s->nbr_index, (real4*)s->nbr_vec, s->flags);
         MARK();
-        launch_k(pdl, k_aev<real>, dim3(n), dim3(s->aev_threads), s->aev_shmem, stream, P, (const int*)s->row_atom, s->capacity,
-                 (const int*)s->count, (const int*)s->nbr_index, (const real4*)s->nbr_vec, (const int*)s->element, (real*)s->aev,
-                 (int)A, s->aev_acc_stride);
+        FrontIn<real> in;
+        in.positions = io->positions, in.format = io->positions_format;
+        in.particle = s->particle, in.index_of = io->sorted_particles ? s->index_of : NULL;
+        in.atom_batch = s->atom_batch, in.batch_start = s->batch_start, in.batch_atoms = s->batch_atoms;
+        in.force_index = s->force_index, in.count = s->count, in.nbr_index = s->nbr_index, in.nbr_vec = (real4*)s->nbr_vec;
+        in.flags = s->flags, in.box = box, in.to_angstrom = (real)to_angstrom, in.rc2 = (real)(m->aev.Rcr * m->aev.Rcr);
+        launch_k(pdl && io->sorted_particles, k_aev<real>, dim3(n), dim3(s->aev_threads), s->aev_shmem, stream, P,
+                 (const int*)s->row_atom, s->capacity, in, (const int*)s->element, (real*)s->aev, (int)A, s->aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
         for (int h = 0; h < s->n_hidden; h++)

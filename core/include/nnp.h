@@ -219,8 +219,8 @@ NNP_API nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io);
 NNP_API nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, double* energies);
 /**
  * Diagnostics: with the environment variable NNP_CUDA_PROFILE=1, each evaluation outside capture
- * times its stages (and waits for them). Gives the last one's 7 stage times in µs: positions and
- * neighbours, AEV, network forward, output layer, network backward, AEV backward (forces),
+ * times its stages (and waits for them). Gives the last one's 7 stage times in µs: positions (the
+ * inverse of OpenMM's atom order), neighbours and AEV, network forward, output layer, network backward, AEV backward (forces),
  * per-batch reduction (batch sums and total).
  */
 NNP_API nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds);
