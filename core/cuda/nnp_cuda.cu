@@ -252,19 +252,27 @@ template <typename real> __device__ AevAtom<real> aev_smem(unsigned char* smem, 
     a.rest = a.ang + capacity;
     return a;
 }
-/* The backward kernel's start: atom i's neighbours as listed by k_aev. */
+/* The backward kernel's start: atom i's neighbours as listed by k_aev, with the place of each in
+   the force buffer, and the atom's row of dE/dAEV (g_row, A values), staged in shared memory after
+   the neighbour tables (`rest`: A reals, then capacity ints). */
 template <typename real>
 __device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __restrict__ params, AevParams<real>& P, int i,
                                   int capacity, const int* __restrict__ count, const int* __restrict__ nbr_index,
                                   const typename real4_of<real>::type* __restrict__ nbr_vec, const int* __restrict__ element,
-                                  int* s_nang, int* s_scan) {
+                                  const int* __restrict__ force_index, const real* __restrict__ g_row, int A, int* s_nang,
+                                  int* s_scan) {
     AevAtom<real> a = aev_smem<real>(smem, capacity);
+    real* s_g = (real*)a.rest;
+    int* s_fidx = (int*)(s_g + A);
     load_params(params, P); /* constant: before the wait */
     pdl_start();
+    for (int k = threadIdx.x; k < A; k += blockDim.x) s_g[k] = g_row[k];
     a.nn = count[i];
     for (int q = threadIdx.x; q < a.nn; q += blockDim.x) {
         a.vec[q] = nbr_vec[(size_t)i * capacity + q];
-        a.el[q] = element[nbr_index[(size_t)i * capacity + q]];
+        const int j = nbr_index[(size_t)i * capacity + q];
+        a.el[q] = element[j];
+        s_fidx[q] = force_index[j];
     }
     __syncthreads();
     neighbor_tables<real>(a.nn, P.Rcr, P.Rca, a.vec, a.cut, a.ang, s_nang, s_scan);
@@ -295,21 +303,19 @@ template <typename real> struct FrontIn {
  */
 template <typename real>
 __device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* __restrict__ params, AevParams<real>& P, int i,
-                                    int capacity, const FrontIn<real>& in, const int* __restrict__ element,
-                                    typename real4_of<real>::type* s_ri, int* s_nang, int* s_scan) {
+                                    int capacity, const FrontIn<real>& in, const int* __restrict__ element, int* s_nang,
+                                    int* s_scan) {
     typedef typename real4_of<real>::type real4;
     AevAtom<real> a = aev_smem<real>(smem, capacity);
     load_params(params, P); /* constant: before the wait */
     pdl_start();
-    if (threadIdx.x == 0) {
-        int at;
-        bool finite;
-        *s_ri = load_position<real>(in.positions, in.format, in.particle, in.index_of, i, in.to_angstrom, &at, &finite);
-        in.force_index[i] = at;
-        if (!finite) atomicMin(&in.flags[0], i);
+    int at_i;
+    bool finite_i;
+    const real4 ri = load_position<real>(in.positions, in.format, in.particle, in.index_of, i, in.to_angstrom, &at_i, &finite_i);
+    if (threadIdx.x == 0) { /* every thread reads the atom's position (one broadcast load each), so no barrier waits for it */
+        in.force_index[i] = at_i;
+        if (!finite_i) atomicMin(&in.flags[0], i);
     }
-    __syncthreads();
-    const real4 ri = *s_ri;
     const int b = in.atom_batch[i], q1 = in.batch_start[b + 1];
     int found = 0;
     for (int base = in.batch_start[b]; base < q1; base += blockDim.x) {
@@ -360,9 +366,8 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
     extern __shared__ unsigned char smem[];
     __shared__ int s_nang, s_scan[AEV_MAX_THREADS / 32];
     __shared__ AevParams<real> P;
-    __shared__ typename real4_of<real>::type s_ri;
     const int row = blockIdx.x;
-    const AevAtom<real> at = aev_search<real>(smem, params, P, row_atom[row], capacity, in, element, &s_ri, &s_nang, s_scan);
+    const AevAtom<real> at = aev_search<real>(smem, params, P, row_atom[row], capacity, in, element, &s_nang, s_scan);
     const typename real4_of<real>::type *s_vec = at.vec, *s_cut = at.cut;
     const int *s_el = at.el, *s_ang = at.ang, nn = at.nn, na = at.na;
     real* out = aev + (size_t)row * ld;
@@ -1122,11 +1127,12 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
     __shared__ int s_nang, s_scan[AEV_THREADS / 32];
     __shared__ AevParams<real> P;
     const int row = blockIdx.x, i = row_atom[row];
-    const AevAtom<real> at = aev_atom<real>(smem, params, P, i, capacity, count, nbr_index, nbr_vec, element, &s_nang, s_scan);
+    const AevAtom<real> at = aev_atom<real>(smem, params, P, i, capacity, count, nbr_index, nbr_vec, element, force_index,
+                                            daev + (size_t)row * ld, ld, &s_nang, s_scan);
     const typename real4_of<real>::type *s_vec = at.vec, *s_cut = at.cut;
     const int *s_el = at.el, *s_ang = at.ang, nn = at.nn, na = at.na;
-    const real* g = daev + (size_t)row * ld;
-    const int* nbr = nbr_index + (size_t)i * capacity;
+    const real* g = (const real*)at.rest;            /* this atom's dE/dAEV, in shared memory */
+    const int* s_fidx = (const int*)(g + ld);        /* each neighbour's place in the force buffer */
     const int fi = force_index[i], slice = SPLIT ? blockIdx.y : 0, slices = SPLIT ? gridDim.y : 1;
     double fsum[3] = {0, 0, 0};
     for (int a = slice * blockDim.x + threadIdx.x; a < nn; a += slices * blockDim.x) {
@@ -1138,7 +1144,7 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
             s_d += gr[t] * (real)0.25 * dexp(-eta * x * x) * ((real)-2 * eta * x * fc + dfc);
         }
         double f[3] = {(double)(s_d * s_vec[a].x / d), (double)(s_d * s_vec[a].y / d), (double)(s_d * s_vec[a].z / d)};
-        int fj = force_index[nbr[a]];
+        int fj = s_fidx[a];
         for (int c = 0; c < 3; c++) {
             add_fixed(&forces[fj + c * stride], -f[c] * unit); /* force = −gradient */
             fsum[c] += f[c];
@@ -1187,8 +1193,8 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
                 const real uk = lane == 0 ? u.x : lane == 1 ? u.y : u.z, vk = lane == 0 ? v.x : lane == 1 ? v.y : v.z;
                 const real dc_du = vk / denom - c * uk / (dj * dj), dc_dv = uk / denom - c * vk / (dk * dk);
                 const double gu = (double)(s_dj * uk / dj + s_c * dc_du), gv = (double)(s_dk * vk / dk + s_c * dc_dv);
-                add_fixed(&forces[force_index[nbr[ja]] + lane * stride], -gu * unit);
-                add_fixed(&forces[force_index[nbr[ka]] + lane * stride], -gv * unit);
+                add_fixed(&forces[s_fidx[ja] + lane * stride], -gu * unit);
+                add_fixed(&forces[s_fidx[ka] + lane * stride], -gv * unit);
                 f_center += gu + gv;
             }
             rem += step;
@@ -1233,7 +1239,7 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
                     }
             real s_c = s_theta * ((real)-0.95 / st);
             real uu[3] = {u.x, u.y, u.z}, vv[3] = {v.x, v.y, v.z};
-            int fjx = force_index[nbr[ja]], fkx = force_index[nbr[ka]];
+            int fjx = s_fidx[ja], fkx = s_fidx[ka];
             for (int k = 0; k < 3; k++) {
                 real dc_du = vv[k] / denom - c * uu[k] / (dj * dj);
                 real dc_dv = uu[k] / denom - c * vv[k] / (dk * dk);
@@ -1893,7 +1899,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
             s->aev_threads = AEV_THREADS, acc = (size_t)(AEV_THREADS / 32) * stride * sizeof(real);
         s->aev_acc_stride = m->angular_sub <= 32 && base + acc + static_smem <= (size_t)optin ? stride : 0;
         s->aev_shmem = base + (s->aev_acc_stride > 0 ? acc : 0);
-        s->bwd_shmem = base;
+        s->bwd_shmem = base + (size_t)s->aev_live * sizeof(real) + (size_t)s->capacity * sizeof(int); /* + dE/dAEV row, force places */
         s->bwd_slices = m->angular_sub <= 32 && n > 0 ? min(16, (4 * sms) / n) : 1;
         if (s->bwd_slices < 2) s->bwd_slices = 1;
     }
