@@ -515,9 +515,9 @@ __device__ void splitk_fixup(const GemmJob<real>& job, int ksplit, int row0, int
 struct KPart {
     int part, kbegin, kend;
 };
-__device__ __forceinline__ KPart k_part(int k, int ksplit) {
+__device__ __forceinline__ KPart k_part(int k, int ksplit, int z) {
     KPart p;
-    p.part = blockIdx.z % ksplit;
+    p.part = z % ksplit;
     const int kc = ((k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
     p.kbegin = p.part * kc, p.kend = min(k, p.kbegin + kc);
     return p;
@@ -531,9 +531,12 @@ __device__ __forceinline__ void few_rows_put(const GemmJob<float>& job, int kspl
     if (ksplit > 1) job.partial[((size_t)part * job.m + r) * job.n + gcol] = v;
     else job.C[(size_t)r * job.ldc + gcol] = epilogue<float>(EPI, job, r, gcol, v);
 }
-template <int EPI> __device__ __forceinline__ void few_rows_fixup(const GemmJob<float>& job, int ksplit, int col0, int* counters) {
-    if (ksplit > 1)
-        splitk_fixup<float, EPI>(job, ksplit, 0, job.m, col0, GEMM_TILE, counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x);
+template <int EPI> __device__ __forceinline__ void few_rows_fixup(const GemmJob<float>& job, int ksplit, int col0, int* counter) {
+    if (ksplit > 1) splitk_fixup<float, EPI>(job, ksplit, 0, job.m, col0, GEMM_TILE, counter);
+}
+/* The split-K tile counter of block (x, z) of a few-rows launch. */
+__device__ __forceinline__ int* tile_counter(int* counters, int ksplit) {
+    return counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x;
 }
 
 /* Split-K (small row counts, where one block per tile would walk a long k loop alone): block z
@@ -544,7 +547,7 @@ template <typename real, bool TRANS_B, int EPI>
 __global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ jobs, int ksplit) {
     const GemmJob<real> job = jobs[blockIdx.z / ksplit];
     pdl_start();
-    const KPart kp = k_part(job.k, ksplit);
+    const KPart kp = k_part(job.k, ksplit, blockIdx.z);
     const int part = kp.part, kbegin = kp.kbegin, kend = kp.kend;
     int row0 = blockIdx.y * GEMM_TILE, col0 = blockIdx.x * GEMM_TILE;
     if (row0 >= job.m || col0 >= job.n) return;
@@ -787,7 +790,7 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big4(const GemmJob<float>* __re
 template <bool TRANS_B, int EPI, int MR>
 __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
-    const KPart kp = k_part(job.k, ksplit);
+    const KPart kp = k_part(job.k, ksplit, blockIdx.z);
     const int part = kp.part, kbegin = kp.kbegin, kend = kp.kend;
     const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
     if (col0 >= job.n) {
@@ -871,7 +874,7 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
             put(r, c, ((Red[0][r][c] + Red[1][r][c]) + Red[2][r][c]) + Red[3][r][c]);
         }
     }
-    few_rows_fixup<EPI>(job, ksplit, col0, counters);
+    few_rows_fixup<EPI>(job, ksplit, col0, tile_counter(counters, ksplit));
 }
 
 /*
@@ -898,22 +901,19 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], unsigned a0, unsigned a1
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-template <bool TRANS_B, int EPI>
-__global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
-    const GemmJob<float> job = jobs[blockIdx.z / ksplit];
-    const KPart kp = k_part(job.k, ksplit);
+/* One tile of k_gemm_mma: columns col0.. of `job`, split-K part kp (of ksplit), with the tile's
+   counter. ready() is called once, after this tile's weights are requested and before anything an
+   earlier kernel or phase wrote is read. Ahi and Alo: MMA_K / 8 × 32 uint4 of shared memory each. */
+template <bool TRANS_B, int EPI, typename Ready>
+__device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, int ksplit, int col0, int* counter, uint4 (*Ahi)[32],
+                                         uint4 (*Alo)[32], Ready ready) {
     const int part = kp.part, kbegin = kp.kbegin, kend = kp.kend;
-    const int col0 = blockIdx.x * GEMM_TILE, m = job.m;
-    if (col0 >= job.n) {
-        pdl_start();
-        return;
-    }
+    const int m = job.m;
     /* The k order inside each 16-k pair of mma steps: lane tq's two k of the first step are 4tq and
        4tq+1, of the second 4tq+2 and 4tq+3 (the same pairing for A and B, so the products are the
        same); its 4 weights of a pair of steps are then consecutive (one float4 along k for TRANS_B).
        The activation fragments are staged in that order: per step, per lane, (a0, a1, a2, a3) =
        rows (g, g+8) × its 2 k, as TF32 high and low parts, one 16-byte read each. */
-    __shared__ uint4 Ahi[MMA_K / 8][32], Alo[MMA_K / 8][32];
     const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
     const int n = col0 + warp * 8 + g; /* this lane's weight column */
     const bool vec = TRANS_B && ((size_t)job.B % 16 == 0) && job.ldb % 4 == 0; /* kbegin is a multiple of 16 */
@@ -922,7 +922,7 @@ __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restri
     for (int a = 0; a < 4; a++)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[a][c] = 0.f;
-    if (kbegin >= kend) pdl_start(); /* an empty part still waits before it writes */
+    if (kbegin >= kend) ready(); /* an empty part still waits before it writes */
     for (int s0 = kbegin; s0 < kend; s0 += MMA_K) {
         const int s1 = min(kend, s0 + MMA_K), width = (s1 - s0 + 15) / 16 * 16;
         /* this lane's weights B(k, n), k = s0 + 16·d + 4·tq + i, every pair of steps d, requested now */
@@ -951,7 +951,7 @@ __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restri
             }
             bv[d] = v;
         }
-        if (s0 == kbegin) pdl_start(); /* the weights above are constant; the activations are not */
+        if (s0 == kbegin) ready(); /* the weights above are constant; the activations are not */
         else __syncthreads();           /* the previous stage's reads are done */
         if (t < width) { /* thread t stages k = s0 + t of the 16 rows (width <= MMA_K = blockDim) */
             const int q = t % 16, step = t / 16 * 2 + (q % 4) / 2, lane0 = q / 4, slot0 = 2 * (q % 2);
@@ -961,7 +961,7 @@ __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restri
             const float* src = job.A + s0 + t;
 #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const float x = in && r < m ? src[(size_t)r * job.lda] : 0.f;
+                const float x = in && r < m ? __ldcg(src + (size_t)r * job.lda) : 0.f; /* L2: written in this kernel (k_network) */
                 const unsigned hi = tf32_of(x), lo = tf32_of(x - __uint_as_float(hi));
                 const int at = ((r % 8) * 4 + lane0) * 4 + r / 8; /* lane (r mod 8, q/4), slot a0/a1 (+2: a2/a3) */
                 hi_at[at] = hi, lo_at[at] = lo;
@@ -988,7 +988,20 @@ __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restri
         const float v = ((acc[0][c] + acc[2][c]) + (acc[1][c] + acc[3][c]));
         put(g + 8 * (c / 2), warp * 8 + 2 * tq + (c % 2), v);
     }
-    few_rows_fixup<EPI>(job, ksplit, col0, counters);
+    few_rows_fixup<EPI>(job, ksplit, col0, counter);
+}
+
+template <bool TRANS_B, int EPI>
+__global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
+    __shared__ uint4 Ahi[MMA_K / 8][32], Alo[MMA_K / 8][32];
+    const GemmJob<float> job = jobs[blockIdx.z / ksplit];
+    const int col0 = blockIdx.x * GEMM_TILE;
+    if (col0 >= job.n) {
+        pdl_start();
+        return;
+    }
+    mma_tile<TRANS_B, EPI>(job, k_part(job.k, ksplit, blockIdx.z), ksplit, col0, tile_counter(counters, ksplit), Ahi, Alo,
+                           [] { pdl_start(); });
 }
 
 /* Chooses the few-rows kernel where it applies (float32, m <= SKINNY_M; NNP_CUDA_SKINNY=0 turns it
@@ -1076,6 +1089,31 @@ template <typename real> struct OutputJob {
 };
 
 #define OUTPUT_WARPS 8
+/* One row of an output job (every thread of the block; one warp per member, in turn). */
+template <typename real>
+__device__ __forceinline__ void output_row(const OutputJob<real>& job, int row, int members, const int* __restrict__ all_row_atom,
+                                           double scale, double* __restrict__ atom_energy, int with_forces) {
+    __shared__ double s_e[NNP_MAX_MEMBERS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32, width = job.width;
+    const real* y = job.Y + (size_t)row * job.ldy;
+    for (int m = warp; m < members; m += nwarps) {
+        const real* w = job.w_out + m * width;
+        real partial = 0;
+        for (int k = lane; k < width; k += 32) partial += w[k] * __ldcg(y + m * width + k); /* L2: written in this kernel (k_network) */
+        for (int off = 16; off > 0; off >>= 1) partial += __shfl_down_sync(0xffffffffu, partial, off);
+        if (lane == 0) s_e[m] = scale * ((double)partial + (double)job.b_out[m]);
+        if (with_forces)
+            for (int k = lane; k < width; k += 32)
+                job.delta[(size_t)row * job.ldy + m * width + k] = (real)scale * w[k] * celu_deriv_from_output(__ldcg(y + m * width + k));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double e = 0;
+        for (int m = 0; m < members; m++) e += s_e[m];
+        atom_energy[all_row_atom[job.row0 + row]] = e;
+    }
+    __syncthreads(); /* s_e is free for the block's next row */
+}
 template <typename real>
 __global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<real>* __restrict__ jobs, int members, const int* __restrict__ all_row_atom,
                                                               double scale, double* __restrict__ atom_energy, int with_forces) {
@@ -1083,24 +1121,89 @@ __global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<re
     pdl_start();
     const int row = blockIdx.x;
     if (row >= job.rows) return;
-    __shared__ double s_e[NNP_MAX_MEMBERS];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32, width = job.width;
-    const real* y = job.Y + (size_t)row * job.ldy;
-    for (int m = warp; m < members; m += nwarps) {
-        const real* w = job.w_out + m * width;
-        real partial = 0;
-        for (int k = lane; k < width; k += 32) partial += w[k] * y[m * width + k];
-        for (int off = 16; off > 0; off >>= 1) partial += __shfl_down_sync(0xffffffffu, partial, off);
-        if (lane == 0) s_e[m] = scale * ((double)partial + (double)job.b_out[m]);
-        if (with_forces)
-            for (int k = lane; k < width; k += 32)
-                job.delta[(size_t)row * job.ldy + m * width + k] = (real)scale * w[k] * celu_deriv_from_output(y[m * width + k]);
+    output_row<real>(job, row, members, all_row_atom, scale, atom_energy, with_forces);
+}
+
+/* ------------------------------------------------------------------ one-kernel network */
+
+/*
+ * Few rows (every network product of the plan on k_gemm_mma: at most 16 rows per element, float32):
+ * the whole network, forward, output layer and backward, in one cooperative kernel. Its blocks (all
+ * resident at once) take each phase's tiles (the same tiles, split-K parts and fix-ups as the
+ * separate launches) and meet at a grid-wide barrier between phases; a block requests its next
+ * tile's weights before it waits at the barrier. This replaces one launch, ramp and drain per layer.
+ * NNP_CUDA_NETWORK=0 keeps the separate launches.
+ */
+#define NET_MAX_PHASES (2 * NNP_MAX_LAYERS + 1)
+enum { NET_FORWARD = 0, NET_OUTPUT = 1, NET_BACKWARD = 2, NET_BACKWARD_LAST = 3 };
+struct NetPhase {
+    const GemmJob<float>* jobs;
+    int count, ksplit, tiles, kind;
+};
+struct NetPlan {
+    NetPhase phase[NET_MAX_PHASES];
+    const OutputJob<float>* out_jobs;
+    const int* row_atom;
+    double* atom_energy;
+    int* counters;     /* split-K tile counters */
+    unsigned* barrier; /* [0] arrivals, [1] blocks finished; both zero between launches */
+    double scale;
+    int n_phases, n_out_jobs, max_rows, members, with_forces;
+};
+
+/* Grid-wide barrier of a cooperative launch: the block's writes are made visible (release), the
+   arrival counted, and the block waits until every block of this and the earlier barriers arrived
+   (acquire). goal: arrivals expected so far, the same in every thread. */
+__device__ __forceinline__ void grid_sync(unsigned* bar, unsigned& goal) {
+    __syncthreads();
+    goal += gridDim.x;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(bar, 1u);
+        unsigned v;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
+        } while ((int)(v - goal) < 0);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        double e = 0;
-        for (int m = 0; m < members; m++) e += s_e[m];
-        atom_energy[all_row_atom[job.row0 + row]] = e;
+}
+
+__global__ void __launch_bounds__(256, 2) k_network(const NetPlan net) {
+    __shared__ uint4 Ahi[MMA_K / 8][32], Alo[MMA_K / 8][32];
+    pdl_trigger(); /* every block is resident (cooperative launch): the next kernel may be scheduled */
+    unsigned goal = 0;
+    for (int ph = 0; ph < net.n_phases; ph++) {
+        const NetPhase P = net.phase[ph];
+        bool waited = ph == 0; /* the first phase reads what k_aev wrote, which finished before this launch */
+        auto ready = [&] {
+            if (!waited) grid_sync(net.barrier, goal);
+            waited = true;
+        };
+        if (P.kind == NET_OUTPUT) {
+            ready();
+            for (int it = blockIdx.x; it < net.max_rows * net.n_out_jobs; it += gridDim.x) {
+                const OutputJob<float> job = net.out_jobs[it / net.max_rows];
+                const int row = it % net.max_rows;
+                if (row < job.rows) output_row<float>(job, row, net.members, net.row_atom, net.scale, net.atom_energy, net.with_forces);
+            }
+        } else {
+            for (int it = blockIdx.x; it < P.tiles * P.count * P.ksplit; it += gridDim.x) {
+                const int x = it % P.tiles, z = it / P.tiles;
+                const GemmJob<float> job = P.jobs[z / P.ksplit];
+                const int col0 = x * GEMM_TILE;
+                if (col0 >= job.n) continue;
+                const KPart kp = k_part(job.k, P.ksplit, z);
+                int* counter = net.counters + (size_t)(z / P.ksplit) * P.tiles + x;
+                if (P.kind == NET_FORWARD) mma_tile<true, EPI_BIAS_CELU>(job, kp, P.ksplit, col0, counter, Ahi, Alo, ready);
+                else if (P.kind == NET_BACKWARD) mma_tile<false, EPI_DERIV>(job, kp, P.ksplit, col0, counter, Ahi, Alo, ready);
+                else mma_tile<false, EPI_NONE>(job, kp, P.ksplit, col0, counter, Ahi, Alo, ready);
+            }
+        }
+        ready(); /* a block without a tile in this phase still takes part in its barrier */
+    }
+    if (threadIdx.x == 0) { /* the last block out clears the barrier for the next launch */
+        __threadfence();
+        if (atomicAdd(&net.barrier[1], 1u) == gridDim.x - 1) net.barrier[0] = 0, net.barrier[1] = 0;
     }
 }
 
@@ -1375,6 +1478,8 @@ struct nnp_cuda_state {
     void* partial;    /* split-K workspace, shared by the launches (they run in order) */
     int* counters;    /* split-K tile counters (zero between launches), shared likewise */
     int pdl; /* programmatic dependent launches (compute capability 9.0 or later; NNP_CUDA_PDL=0: off) */
+    unsigned* barrier; /* k_network's grid barrier (two counters, zero between launches) */
+    int net_blocks;    /* k_network's grid: the network in one kernel (0: one launch per layer) */
     int aev_live, aev_angular0; /* stored AEV row length and first angular column (see aev_layout) */
     int n_classes, class_len[NNP_CUDA_MAX_CLASSES]; /* first-layer prefix of each class of batches */
     int class_rows[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES], class_row0[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES];
@@ -1395,7 +1500,7 @@ static void free_state(nnp_cuda_state* s) {
     int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
     void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->particle, s->identity, s->element, s->atom_batch, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
                     s->force_index, s->count, s->nbr_index, s->flags, s->nbr_vec, s->aev, s->daev, s->weights,
-                    s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs};
+                    s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs, s->barrier};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
     for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
     if (s->host_flags) cudaFreeHost(s->host_flags);
@@ -1456,6 +1561,61 @@ void SkinnyGemm<float>::preload() {
     configure_kernel(k_gemm_mma<false, EPI_NONE>, 256, 0);
     preload_skinny<SKINNY_M>();
 }
+
+/* The one-kernel network (k_network, float32 only): its grid, or 0 where it does not apply. */
+template <typename real> struct Network {
+    static int blocks(const nnp_cuda_state*) { return 0; }
+    static void launch(const nnp_cuda_state*, int, int, cudaStream_t) {}
+};
+template <> struct Network<float> {
+    static int blocks(const nnp_cuda_state* s) {
+        if ((getenv("NNP_CUDA_NETWORK") && atoi(getenv("NNP_CUDA_NETWORK")) == 0) || !skinny_enabled() || !mma_enabled()) return 0;
+        if (s->n_hidden > NNP_MAX_LAYERS || 2 * s->n_hidden + 1 > NET_MAX_PHASES) return 0;
+        int items = s->max_rows * s->n_out_jobs;
+        for (int h = 0; h < s->n_hidden; h++) {
+            if (s->fwd_m[h] > 16 || s->bwd_m[h] > 16) return 0; /* k_gemm_mma's tiles only */
+            items = max(items, (int)(s->fwd_grid[h].x * s->fwd_grid[h].z));
+            items = max(items, (int)(s->bwd_grid[h].x * s->bwd_grid[h].z));
+        }
+        int device = 0, coop = 0, sms = 0, occ = 0;
+        cudaGetDevice(&device);
+        cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        if (!coop || sms < 1) return 0;
+        configure_kernel(k_network, 256, 0);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_network, 256, 0) != cudaSuccess || occ < 1) {
+            cudaGetLastError();
+            return 0;
+        }
+        return min(items, occ * sms); /* every block resident at once */
+    }
+    static void launch(const nnp_cuda_state* s, int members, int with_forces, cudaStream_t stream) {
+        NetPlan net;
+        memset(&net, 0, sizeof net);
+        const GemmJob<float>* jobs = (const GemmJob<float>*)s->jobs;
+        int np = 0;
+        auto add = [&](size_t job0, dim3 grid, int ksplit, int kind) {
+            NetPhase p = {jobs + job0, (int)grid.z / ksplit, ksplit, (int)grid.x, kind};
+            net.phase[np++] = p;
+        };
+        for (int h = 0; h < s->n_hidden; h++) add(s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], NET_FORWARD);
+        net.phase[np++].kind = NET_OUTPUT;
+        if (with_forces)
+            for (int h = s->n_hidden - 1; h >= 0; h--)
+                add(s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], h > 0 ? NET_BACKWARD : NET_BACKWARD_LAST);
+        net.n_phases = np;
+        net.out_jobs = (const OutputJob<float>*)s->out_jobs, net.n_out_jobs = s->n_out_jobs, net.max_rows = s->max_rows;
+        net.row_atom = s->row_atom, net.atom_energy = s->atom_energy, net.scale = 1.0 / members, net.members = members;
+        net.with_forces = with_forces, net.counters = s->counters, net.barrier = s->barrier;
+        cudaLaunchAttribute attr = {};
+        attr.id = cudaLaunchAttributeCooperative;
+        attr.val.cooperative = 1;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(s->net_blocks), config.blockDim = dim3(256), config.stream = stream;
+        config.attrs = &attr, config.numAttrs = 1;
+        if (!debug_skip()) cudaLaunchKernelEx(&config, k_network, net);
+    }
+};
 
 template <typename real> static void preload(const nnp_cuda_state* s) {
     configure_kernel(k_inverse_order, 256, 0);
@@ -1876,6 +2036,9 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         }
     TRY_ALLOC(s->partial, sizeof(real) * partial_size);
     TRY_ALLOC(s->counters, sizeof(int) * n_counters);
+    TRY_ALLOC(s->barrier, sizeof(unsigned) * 2);
+    if (st == NNP_OK && cudaMemset(s->barrier, 0, sizeof(unsigned) * 2) != cudaSuccess)
+        st = nnp_fail(NNP_ERR_CUDA, "clearing GPU memory failed");
     if (st == NNP_OK && cudaMemset(s->counters, 0, sizeof(int) * n_counters) != cudaSuccess)
         st = nnp_fail(NNP_ERR_CUDA, "clearing GPU memory failed");
     /* AEV kernels: the pair-parallel angular path where its per-warp accumulators fit in shared
@@ -1949,6 +2112,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
 #undef TRY_ALLOC
     free(row_atom), free(self), free(particle), free(identity), free(w), free(jobs), free(live_feature), free(batch_class);
     if (st == NNP_OK) preload<real>(s);
+    s->net_blocks = st == NNP_OK && n > 0 ? Network<real>::blocks(s) : 0;
     return st;
 }
 
@@ -2002,17 +2166,25 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                  (const int*)s->row_atom, s->capacity, in, (const int*)s->element, (real*)s->aev, (int)A, s->aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
-        for (int h = 0; h < s->n_hidden; h++)
-            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->fwd_aligned[h], s->counters, stream, pdl);
-        MARK();
-        const double scale = 1.0 / M;
-        launch_k(pdl, k_output<real>, dim3(s->max_rows, s->n_out_jobs), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream,
-                 (const OutputJob<real>*)s->out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
-        MARK();
+        if (s->net_blocks > 0) { /* the whole network in one kernel: the forward stage holds it all */
+            Network<real>::launch(s, M, with_forces, stream);
+            MARK();
+            MARK();
+        } else {
+            for (int h = 0; h < s->n_hidden; h++)
+                gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->fwd_aligned[h], s->counters, stream, pdl);
+            MARK();
+            const double scale = 1.0 / M;
+            launch_k(pdl, k_output<real>, dim3(s->max_rows, s->n_out_jobs), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream,
+                     (const OutputJob<real>*)s->out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
+            MARK();
+        }
         if (with_forces) {
-            for (int h = s->n_hidden - 1; h >= 1; h--)
-                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->bwd_aligned[h], s->counters, stream, pdl);
-            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->bwd_aligned[0], s->counters, stream, pdl);
+            if (s->net_blocks == 0) {
+                for (int h = s->n_hidden - 1; h >= 1; h--)
+                    gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->bwd_aligned[h], s->counters, stream, pdl);
+                gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->bwd_aligned[0], s->counters, stream, pdl);
+            }
             MARK();
             unsigned long long* target;
             const int* findex;
@@ -2193,6 +2365,14 @@ extern "C" nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length,
     if (model_length) *model_length = plan->model->aev_length;
     if (stored_length) *stored_length = s->aev_live;
     if (classes) *classes = s->n_classes;
+    return NNP_OK;
+}
+
+extern "C" nnp_status nnp_cuda_network_blocks(nnp_plan* plan, int32_t* blocks) {
+    nnp_cuda_state* s = plan ? (nnp_cuda_state*)plan->cuda : NULL;
+    if (s == NULL || plan->cuda_dirty)
+        return nnp_fail(NNP_ERR_STATE, "no CUDA evaluation of the current atoms yet: evaluate first");
+    if (blocks) *blocks = s->net_blocks;
     return NNP_OK;
 }
 
