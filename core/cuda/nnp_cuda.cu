@@ -1161,14 +1161,17 @@ __device__ __forceinline__ void grid_sync(unsigned* bar, unsigned& goal) {
         __threadfence();
         atomicAdd(bar, 1u);
         unsigned v;
-        do {
+        while (true) {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
-        } while ((int)(v - goal) < 0);
+            if ((int)(v - goal) >= 0) break;
+            __nanosleep(20); /* fewer polls in the way of the arrivals */
+        }
     }
     __syncthreads();
 }
 
-__global__ void __launch_bounds__(256, 2) k_network(const NetPlan net) {
+template <int MIN_BLOCKS> /* blocks per SM the registers are bounded for (1: up to 255 registers, no spills) */
+__global__ void __launch_bounds__(256, MIN_BLOCKS) k_network(const NetPlan net) {
     __shared__ uint4 Ahi[MMA_K / 8][32], Alo[MMA_K / 8][32];
     pdl_trigger(); /* every block is resident (cooperative launch): the next kernel may be scheduled */
     unsigned goal = 0;
@@ -1568,8 +1571,14 @@ template <typename real> struct Network {
     static void launch(const nnp_cuda_state*, int, int, cudaStream_t) {}
 };
 template <> struct Network<float> {
+    /* NNP_CUDA_NETWORK: 0 off, 1 (one block per SM, no register spills) or 2 (two per SM) */
+    static int variant() {
+        const char* v = getenv("NNP_CUDA_NETWORK");
+        return v ? atoi(v) : 2;
+    }
+    static void (*kernel())(NetPlan) { return variant() == 1 ? k_network<1> : k_network<2>; }
     static int blocks(const nnp_cuda_state* s) {
-        if ((getenv("NNP_CUDA_NETWORK") && atoi(getenv("NNP_CUDA_NETWORK")) == 0) || !skinny_enabled() || !mma_enabled()) return 0;
+        if (variant() == 0 || !skinny_enabled() || !mma_enabled()) return 0;
         if (s->n_hidden > NNP_MAX_LAYERS || 2 * s->n_hidden + 1 > NET_MAX_PHASES) return 0;
         int items = s->max_rows * s->n_out_jobs;
         for (int h = 0; h < s->n_hidden; h++) {
@@ -1582,8 +1591,8 @@ template <> struct Network<float> {
         cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device);
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         if (!coop || sms < 1) return 0;
-        configure_kernel(k_network, 256, 0);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_network, 256, 0) != cudaSuccess || occ < 1) {
+        configure_kernel(kernel(), 256, 0);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel(), 256, 0) != cudaSuccess || occ < 1) {
             cudaGetLastError();
             return 0;
         }
@@ -1613,7 +1622,7 @@ template <> struct Network<float> {
         cudaLaunchConfig_t config = {};
         config.gridDim = dim3(s->net_blocks), config.blockDim = dim3(256), config.stream = stream;
         config.attrs = &attr, config.numAttrs = 1;
-        if (!debug_skip()) cudaLaunchKernelEx(&config, k_network, net);
+        if (!debug_skip()) cudaLaunchKernelEx(&config, kernel(), net);
     }
 };
 
