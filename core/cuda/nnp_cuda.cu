@@ -961,7 +961,7 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
             const float* src = job.A + s0 + t;
 #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const float x = in && r < m ? __ldcg(src + (size_t)r * job.lda) : 0.f; /* L2: written in this kernel (k_network) */
+                const float x = in && r < m ? __ldcg(src + (size_t)r * job.lda) : 0.f; /* L2 only: read once */
                 const unsigned hi = tf32_of(x), lo = tf32_of(x - __uint_as_float(hi));
                 const int at = ((r % 8) * 4 + lane0) * 4 + r / 8; /* lane (r mod 8, q/4), slot a0/a1 (+2: a2/a3) */
                 hi_at[at] = hi, lo_at[at] = lo;
@@ -1099,7 +1099,7 @@ __device__ __forceinline__ void output_row(const OutputJob<real>& job, int row, 
     for (int m = warp; m < members; m += nwarps) {
         const real* w = job.w_out + m * width;
         real partial = 0;
-        for (int k = lane; k < width; k += 32) partial += w[k] * __ldcg(y + m * width + k); /* L2: written in this kernel (k_network) */
+        for (int k = lane; k < width; k += 32) partial += w[k] * __ldcg(y + m * width + k);
         for (int off = 16; off > 0; off >>= 1) partial += __shfl_down_sync(0xffffffffu, partial, off);
         if (lane == 0) s_e[m] = scale * ((double)partial + (double)job.b_out[m]);
         if (with_forces)
@@ -1112,7 +1112,6 @@ __device__ __forceinline__ void output_row(const OutputJob<real>& job, int row, 
         for (int m = 0; m < members; m++) e += s_e[m];
         atom_energy[all_row_atom[job.row0 + row]] = e;
     }
-    __syncthreads(); /* s_e is free for the block's next row */
 }
 template <typename real>
 __global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<real>* __restrict__ jobs, int members, const int* __restrict__ all_row_atom,
@@ -1122,92 +1121,6 @@ __global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<re
     const int row = blockIdx.x;
     if (row >= job.rows) return;
     output_row<real>(job, row, members, all_row_atom, scale, atom_energy, with_forces);
-}
-
-/* ------------------------------------------------------------------ one-kernel network */
-
-/*
- * Few rows (every network product of the plan on k_gemm_mma: at most 16 rows per element, float32):
- * the whole network, forward, output layer and backward, in one cooperative kernel. Its blocks (all
- * resident at once) take each phase's tiles (the same tiles, split-K parts and fix-ups as the
- * separate launches) and meet at a grid-wide barrier between phases; a block requests its next
- * tile's weights before it waits at the barrier. This replaces one launch, ramp and drain per layer.
- * NNP_CUDA_NETWORK=0 keeps the separate launches.
- */
-#define NET_MAX_PHASES (2 * NNP_MAX_LAYERS + 1)
-enum { NET_FORWARD = 0, NET_OUTPUT = 1, NET_BACKWARD = 2, NET_BACKWARD_LAST = 3 };
-struct NetPhase {
-    const GemmJob<float>* jobs;
-    int count, ksplit, tiles, kind;
-};
-struct NetPlan {
-    NetPhase phase[NET_MAX_PHASES];
-    const OutputJob<float>* out_jobs;
-    const int* row_atom;
-    double* atom_energy;
-    int* counters;     /* split-K tile counters */
-    unsigned* barrier; /* [0] arrivals, [1] blocks finished; both zero between launches */
-    double scale;
-    int n_phases, n_out_jobs, max_rows, members, with_forces;
-};
-
-/* Grid-wide barrier of a cooperative launch: the block's writes are made visible (release), the
-   arrival counted, and the block waits until every block of this and the earlier barriers arrived
-   (acquire). goal: arrivals expected so far, the same in every thread. */
-__device__ __forceinline__ void grid_sync(unsigned* bar, unsigned& goal) {
-    __syncthreads();
-    goal += gridDim.x;
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(bar, 1u);
-        unsigned v;
-        while (true) {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
-            if ((int)(v - goal) >= 0) break;
-            __nanosleep(20); /* fewer polls in the way of the arrivals */
-        }
-    }
-    __syncthreads();
-}
-
-template <int MIN_BLOCKS> /* blocks per SM the registers are bounded for (1: up to 255 registers, no spills) */
-__global__ void __launch_bounds__(256, MIN_BLOCKS) k_network(const NetPlan net) {
-    __shared__ uint4 Ahi[MMA_K / 8][32], Alo[MMA_K / 8][32];
-    pdl_trigger(); /* every block is resident (cooperative launch): the next kernel may be scheduled */
-    unsigned goal = 0;
-    for (int ph = 0; ph < net.n_phases; ph++) {
-        const NetPhase P = net.phase[ph];
-        bool waited = ph == 0; /* the first phase reads what k_aev wrote, which finished before this launch */
-        auto ready = [&] {
-            if (!waited) grid_sync(net.barrier, goal);
-            waited = true;
-        };
-        if (P.kind == NET_OUTPUT) {
-            ready();
-            for (int it = blockIdx.x; it < net.max_rows * net.n_out_jobs; it += gridDim.x) {
-                const OutputJob<float> job = net.out_jobs[it / net.max_rows];
-                const int row = it % net.max_rows;
-                if (row < job.rows) output_row<float>(job, row, net.members, net.row_atom, net.scale, net.atom_energy, net.with_forces);
-            }
-        } else {
-            for (int it = blockIdx.x; it < P.tiles * P.count * P.ksplit; it += gridDim.x) {
-                const int x = it % P.tiles, z = it / P.tiles;
-                const GemmJob<float> job = P.jobs[z / P.ksplit];
-                const int col0 = x * GEMM_TILE;
-                if (col0 >= job.n) continue;
-                const KPart kp = k_part(job.k, P.ksplit, z);
-                int* counter = net.counters + (size_t)(z / P.ksplit) * P.tiles + x;
-                if (P.kind == NET_FORWARD) mma_tile<true, EPI_BIAS_CELU>(job, kp, P.ksplit, col0, counter, Ahi, Alo, ready);
-                else if (P.kind == NET_BACKWARD) mma_tile<false, EPI_DERIV>(job, kp, P.ksplit, col0, counter, Ahi, Alo, ready);
-                else mma_tile<false, EPI_NONE>(job, kp, P.ksplit, col0, counter, Ahi, Alo, ready);
-            }
-        }
-        ready(); /* a block without a tile in this phase still takes part in its barrier */
-    }
-    if (threadIdx.x == 0) { /* the last block out clears the barrier for the next launch */
-        __threadfence();
-        if (atomicAdd(&net.barrier[1], 1u) == gridDim.x - 1) net.barrier[0] = 0, net.barrier[1] = 0;
-    }
 }
 
 /* ------------------------------------------------------------------ AEV backward */
@@ -1481,8 +1394,6 @@ struct nnp_cuda_state {
     void* partial;    /* split-K workspace, shared by the launches (they run in order) */
     int* counters;    /* split-K tile counters (zero between launches), shared likewise */
     int pdl; /* programmatic dependent launches (compute capability 9.0 or later; NNP_CUDA_PDL=0: off) */
-    unsigned* barrier; /* k_network's grid barrier (two counters, zero between launches) */
-    int net_blocks;    /* k_network's grid: the network in one kernel (0: one launch per layer) */
     int aev_live, aev_angular0; /* stored AEV row length and first angular column (see aev_layout) */
     int n_classes, class_len[NNP_CUDA_MAX_CLASSES]; /* first-layer prefix of each class of batches */
     int class_rows[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES], class_row0[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES];
@@ -1503,7 +1414,7 @@ static void free_state(nnp_cuda_state* s) {
     int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
     void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->particle, s->identity, s->element, s->atom_batch, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
                     s->force_index, s->count, s->nbr_index, s->flags, s->nbr_vec, s->aev, s->daev, s->weights,
-                    s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs, s->barrier};
+                    s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
     for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
     if (s->host_flags) cudaFreeHost(s->host_flags);
@@ -1564,67 +1475,6 @@ void SkinnyGemm<float>::preload() {
     configure_kernel(k_gemm_mma<false, EPI_NONE>, 256, 0);
     preload_skinny<SKINNY_M>();
 }
-
-/* The one-kernel network (k_network, float32 only): its grid, or 0 where it does not apply. */
-template <typename real> struct Network {
-    static int blocks(const nnp_cuda_state*) { return 0; }
-    static void launch(const nnp_cuda_state*, int, int, cudaStream_t) {}
-};
-template <> struct Network<float> {
-    /* NNP_CUDA_NETWORK: 0 off, 1 (one block per SM, no register spills) or 2 (two per SM) */
-    static int variant() {
-        const char* v = getenv("NNP_CUDA_NETWORK");
-        return v ? atoi(v) : 2;
-    }
-    static void (*kernel())(NetPlan) { return variant() == 1 ? k_network<1> : k_network<2>; }
-    static int blocks(const nnp_cuda_state* s) {
-        if (variant() == 0 || !skinny_enabled() || !mma_enabled()) return 0;
-        if (s->n_hidden > NNP_MAX_LAYERS || 2 * s->n_hidden + 1 > NET_MAX_PHASES) return 0;
-        int items = s->max_rows * s->n_out_jobs;
-        for (int h = 0; h < s->n_hidden; h++) {
-            if (s->fwd_m[h] > 16 || s->bwd_m[h] > 16) return 0; /* k_gemm_mma's tiles only */
-            items = max(items, (int)(s->fwd_grid[h].x * s->fwd_grid[h].z));
-            items = max(items, (int)(s->bwd_grid[h].x * s->bwd_grid[h].z));
-        }
-        int device = 0, coop = 0, sms = 0, occ = 0;
-        cudaGetDevice(&device);
-        cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        if (!coop || sms < 1) return 0;
-        configure_kernel(kernel(), 256, 0);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel(), 256, 0) != cudaSuccess || occ < 1) {
-            cudaGetLastError();
-            return 0;
-        }
-        return min(items, occ * sms); /* every block resident at once */
-    }
-    static void launch(const nnp_cuda_state* s, int members, int with_forces, cudaStream_t stream) {
-        NetPlan net;
-        memset(&net, 0, sizeof net);
-        const GemmJob<float>* jobs = (const GemmJob<float>*)s->jobs;
-        int np = 0;
-        auto add = [&](size_t job0, dim3 grid, int ksplit, int kind) {
-            NetPhase p = {jobs + job0, (int)grid.z / ksplit, ksplit, (int)grid.x, kind};
-            net.phase[np++] = p;
-        };
-        for (int h = 0; h < s->n_hidden; h++) add(s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], NET_FORWARD);
-        net.phase[np++].kind = NET_OUTPUT;
-        if (with_forces)
-            for (int h = s->n_hidden - 1; h >= 0; h--)
-                add(s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], h > 0 ? NET_BACKWARD : NET_BACKWARD_LAST);
-        net.n_phases = np;
-        net.out_jobs = (const OutputJob<float>*)s->out_jobs, net.n_out_jobs = s->n_out_jobs, net.max_rows = s->max_rows;
-        net.row_atom = s->row_atom, net.atom_energy = s->atom_energy, net.scale = 1.0 / members, net.members = members;
-        net.with_forces = with_forces, net.counters = s->counters, net.barrier = s->barrier;
-        cudaLaunchAttribute attr = {};
-        attr.id = cudaLaunchAttributeCooperative;
-        attr.val.cooperative = 1;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(s->net_blocks), config.blockDim = dim3(256), config.stream = stream;
-        config.attrs = &attr, config.numAttrs = 1;
-        if (!debug_skip()) cudaLaunchKernelEx(&config, kernel(), net);
-    }
-};
 
 template <typename real> static void preload(const nnp_cuda_state* s) {
     configure_kernel(k_inverse_order, 256, 0);
@@ -2045,9 +1895,6 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         }
     TRY_ALLOC(s->partial, sizeof(real) * partial_size);
     TRY_ALLOC(s->counters, sizeof(int) * n_counters);
-    TRY_ALLOC(s->barrier, sizeof(unsigned) * 2);
-    if (st == NNP_OK && cudaMemset(s->barrier, 0, sizeof(unsigned) * 2) != cudaSuccess)
-        st = nnp_fail(NNP_ERR_CUDA, "clearing GPU memory failed");
     if (st == NNP_OK && cudaMemset(s->counters, 0, sizeof(int) * n_counters) != cudaSuccess)
         st = nnp_fail(NNP_ERR_CUDA, "clearing GPU memory failed");
     /* AEV kernels: the pair-parallel angular path where its per-warp accumulators fit in shared
@@ -2073,6 +1920,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         s->aev_shmem = base + (s->aev_acc_stride > 0 ? acc : 0);
         s->bwd_shmem = base + (size_t)s->aev_live * sizeof(real) + (size_t)s->capacity * sizeof(int); /* + dE/dAEV row, force places */
         s->bwd_slices = m->angular_sub <= 32 && n > 0 ? min(16, (4 * sms) / n) : 1;
+        if (getenv("NNP_CUDA_BWD_SLICES") && m->angular_sub <= 32) s->bwd_slices = max(1, min(64, atoi(getenv("NNP_CUDA_BWD_SLICES")))); /* tuning */
         if (s->bwd_slices < 2) s->bwd_slices = 1;
     }
     for (size_t j = 0; st == NNP_OK && j < nj; j++)
@@ -2121,7 +1969,6 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
 #undef TRY_ALLOC
     free(row_atom), free(self), free(particle), free(identity), free(w), free(jobs), free(live_feature), free(batch_class);
     if (st == NNP_OK) preload<real>(s);
-    s->net_blocks = st == NNP_OK && n > 0 ? Network<real>::blocks(s) : 0;
     return st;
 }
 
@@ -2175,25 +2022,17 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                  (const int*)s->row_atom, s->capacity, in, (const int*)s->element, (real*)s->aev, (int)A, s->aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
-        if (s->net_blocks > 0) { /* the whole network in one kernel: the forward stage holds it all */
-            Network<real>::launch(s, M, with_forces, stream);
-            MARK();
-            MARK();
-        } else {
-            for (int h = 0; h < s->n_hidden; h++)
-                gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->fwd_aligned[h], s->counters, stream, pdl);
-            MARK();
-            const double scale = 1.0 / M;
-            launch_k(pdl, k_output<real>, dim3(s->max_rows, s->n_out_jobs), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream,
-                     (const OutputJob<real>*)s->out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
-            MARK();
-        }
+        for (int h = 0; h < s->n_hidden; h++)
+            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->fwd_aligned[h], s->counters, stream, pdl);
+        MARK();
+        const double scale = 1.0 / M;
+        launch_k(pdl, k_output<real>, dim3(s->max_rows, s->n_out_jobs), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream,
+                 (const OutputJob<real>*)s->out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
+        MARK();
         if (with_forces) {
-            if (s->net_blocks == 0) {
-                for (int h = s->n_hidden - 1; h >= 1; h--)
-                    gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->bwd_aligned[h], s->counters, stream, pdl);
-                gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->bwd_aligned[0], s->counters, stream, pdl);
-            }
+            for (int h = s->n_hidden - 1; h >= 1; h--)
+                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->bwd_aligned[h], s->counters, stream, pdl);
+            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->bwd_aligned[0], s->counters, stream, pdl);
             MARK();
             unsigned long long* target;
             const int* findex;
@@ -2374,14 +2213,6 @@ extern "C" nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length,
     if (model_length) *model_length = plan->model->aev_length;
     if (stored_length) *stored_length = s->aev_live;
     if (classes) *classes = s->n_classes;
-    return NNP_OK;
-}
-
-extern "C" nnp_status nnp_cuda_network_blocks(nnp_plan* plan, int32_t* blocks) {
-    nnp_cuda_state* s = plan ? (nnp_cuda_state*)plan->cuda : NULL;
-    if (s == NULL || plan->cuda_dirty)
-        return nnp_fail(NNP_ERR_STATE, "no CUDA evaluation of the current atoms yet: evaluate first");
-    if (blocks) *blocks = s->net_blocks;
     return NNP_OK;
 }
 

@@ -232,12 +232,6 @@ NNP_API nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds);
  * (any pointer may be NULL).
  */
 NNP_API nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length, int32_t* stored_length, int32_t* classes);
-/**
- * Diagnostics: how the last CUDA evaluation ran its networks. *blocks is the grid of the one-kernel
- * network (every product of at most 16 rows per element, float32: the whole network, forward and
- * backward, in one cooperative kernel), or 0 when each layer is its own launch.
- */
-NNP_API nnp_status nnp_cuda_network_blocks(nnp_plan* plan, int32_t* blocks);
 
 /* ---------------------------------------------------------------- XYZ files */
 
