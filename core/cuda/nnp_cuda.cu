@@ -371,19 +371,38 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
     const typename real4_of<real>::type *s_vec = at.vec, *s_cut = at.cut;
     const int *s_el = at.el, *s_ang = at.ang, nn = at.nn, na = at.na;
     real* out = aev + (size_t)row * ld;
-    /* Radial features: one thread each, summing over the neighbours in order (only the live blocks:
-       the others are zero for every atom and are not stored). */
-    for (int f = threadIdx.x; f < P.radial_length; f += blockDim.x) {
-        int sp = f / P.radial_sub, t = f % P.radial_sub;
-        if (P.radial_at[sp] < 0) continue;
-        real eta = P.EtaR[t / P.nShfR], shf = P.ShfR[t % P.nShfR], sum = 0;
-        for (int a = 0; a < nn; a++) {
-            if (s_el[a] != sp) continue;
-            real d = s_vec[a].w, x = d - shf;
-            sum += (real)0.25 * dexp(-eta * x * x) * s_cut[a].x;
+    /* Radial features (only the live blocks: the others are zero for every atom and are not
+       stored). Many atoms: one thread each, summing over the neighbours in order. Few atoms (1,024
+       threads per atom, where one thread's walk over all neighbours would be the block's longest
+       chain): one warp each, lane l over the neighbours l, l + 32, ..., the lanes' sums added by a
+       fixed shuffle tree. Either way the order of every sum is fixed. */
+    if (blockDim.x == AEV_MAX_THREADS) {
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        for (int f = warp; f < P.radial_length; f += AEV_MAX_THREADS / 32) {
+            const int sp = f / P.radial_sub, t = f % P.radial_sub;
+            if (P.radial_at[sp] < 0) continue;
+            const real eta = P.EtaR[t / P.nShfR], shf = P.ShfR[t % P.nShfR];
+            real sum = 0;
+            for (int a = lane; a < nn; a += 32) {
+                if (s_el[a] != sp) continue;
+                const real x = s_vec[a].w - shf;
+                sum += (real)0.25 * dexp(-eta * x * x) * s_cut[a].x;
+            }
+            for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
+            if (lane == 0) out[P.radial_at[sp] + t] = sum;
         }
-        out[P.radial_at[sp] + t] = sum;
-    }
+    } else
+        for (int f = threadIdx.x; f < P.radial_length; f += blockDim.x) {
+            int sp = f / P.radial_sub, t = f % P.radial_sub;
+            if (P.radial_at[sp] < 0) continue;
+            real eta = P.EtaR[t / P.nShfR], shf = P.ShfR[t % P.nShfR], sum = 0;
+            for (int a = 0; a < nn; a++) {
+                if (s_el[a] != sp) continue;
+                real d = s_vec[a].w, x = d - shf;
+                sum += (real)0.25 * dexp(-eta * x * x) * s_cut[a].x;
+            }
+            out[P.radial_at[sp] + t] = sum;
+        }
     const int n_pairs = na * (na - 1) / 2;
     if (acc_stride > 0) {
         /* Angular features, pair-parallel (acc_stride = element pairs × angular_sub, angular_sub <= 32):
@@ -1154,21 +1173,42 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
     const int* s_fidx = (const int*)(g + ld);        /* each neighbour's place in the force buffer */
     const int fi = force_index[i], slice = SPLIT ? blockIdx.y : 0, slices = SPLIT ? gridDim.y : 1;
     double fsum[3] = {0, 0, 0};
-    for (int a = slice * blockDim.x + threadIdx.x; a < nn; a += slices * blockDim.x) {
-        real d = s_vec[a].w, fc = s_cut[a].x, dfc = s_cut[a].y;
-        const real* gr = g + P.radial_at[s_el[a]]; /* live: this neighbour has that element */
-        real s_d = 0;
-        for (int t = 0; t < P.radial_sub; t++) {
-            real eta = P.EtaR[t / P.nShfR], x = d - P.ShfR[t % P.nShfR];
-            s_d += gr[t] * (real)0.25 * dexp(-eta * x * x) * ((real)-2 * eta * x * fc + dfc);
+    if (SPLIT && P.radial_sub <= 32) {
+        /* Few atoms: one warp per neighbour over the atom's blocks, lane t the term t, the terms
+           added by a fixed shuffle tree (one thread's walk over the terms was the longest chain). */
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+        for (int a = slice * nwarps + warp; a < nn; a += slices * nwarps) {
+            const real d = s_vec[a].w, fc = s_cut[a].x, dfc = s_cut[a].y;
+            real s_d = 0;
+            if (lane < P.radial_sub) {
+                const real eta = P.EtaR[lane / P.nShfR], x = d - P.ShfR[lane % P.nShfR];
+                s_d = g[P.radial_at[s_el[a]] + lane] * (real)0.25 * dexp(-eta * x * x) * ((real)-2 * eta * x * fc + dfc);
+            }
+            for (int off = 16; off > 0; off >>= 1) s_d += __shfl_down_sync(0xffffffffu, s_d, off);
+            if (lane == 0) {
+                double f[3] = {(double)(s_d * s_vec[a].x / d), (double)(s_d * s_vec[a].y / d), (double)(s_d * s_vec[a].z / d)};
+                for (int c = 0; c < 3; c++) {
+                    add_fixed(&forces[s_fidx[a] + c * stride], -f[c] * unit); /* force = −gradient */
+                    fsum[c] += f[c];
+                }
+            }
         }
-        double f[3] = {(double)(s_d * s_vec[a].x / d), (double)(s_d * s_vec[a].y / d), (double)(s_d * s_vec[a].z / d)};
-        int fj = s_fidx[a];
-        for (int c = 0; c < 3; c++) {
-            add_fixed(&forces[fj + c * stride], -f[c] * unit); /* force = −gradient */
-            fsum[c] += f[c];
+    } else
+        for (int a = slice * blockDim.x + threadIdx.x; a < nn; a += slices * blockDim.x) {
+            real d = s_vec[a].w, fc = s_cut[a].x, dfc = s_cut[a].y;
+            const real* gr = g + P.radial_at[s_el[a]]; /* live: this neighbour has that element */
+            real s_d = 0;
+            for (int t = 0; t < P.radial_sub; t++) {
+                real eta = P.EtaR[t / P.nShfR], x = d - P.ShfR[t % P.nShfR];
+                s_d += gr[t] * (real)0.25 * dexp(-eta * x * x) * ((real)-2 * eta * x * fc + dfc);
+            }
+            double f[3] = {(double)(s_d * s_vec[a].x / d), (double)(s_d * s_vec[a].y / d), (double)(s_d * s_vec[a].z / d)};
+            int fj = s_fidx[a];
+            for (int c = 0; c < 3; c++) {
+                add_fixed(&forces[fj + c * stride], -f[c] * unit); /* force = −gradient */
+                fsum[c] += f[c];
+            }
         }
-    }
     if (SPLIT) {
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
         const bool active = lane < P.angular_sub;
