@@ -19,7 +19,6 @@
 
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <cooperative_groups.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -1052,21 +1051,6 @@ static void launch_k(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, 
     cudaLaunchKernelEx(&config, kernel, args...);
 }
 
-/* Launches k_network: clusters of `size` blocks, as a programmatic dependent launch when pdl is set. */
-template <typename... KArgs, typename... Args>
-static void launch_cluster(bool pdl, void (*kernel)(KArgs...), int clusters, int size, cudaStream_t stream, Args... args) {
-    if (debug_skip()) return;
-    cudaLaunchAttribute attr[2] = {};
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = size, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(clusters * size), config.blockDim = dim3(256), config.stream = stream;
-    config.attrs = attr, config.numAttrs = pdl ? 2 : 1;
-    cudaLaunchKernelEx(&config, kernel, args...);
-}
-
 /* Tensor cores for at most 16 rows (NNP_CUDA_MMA=0: the SIMT few-rows kernel instead). */
 static int mma_enabled(void) {
     static int enabled = -1;
@@ -1156,78 +1140,6 @@ __global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<re
     const int row = blockIdx.x;
     if (row >= job.rows) return;
     output_row<real>(job, row, members, all_row_atom, scale, atom_energy, with_forces);
-}
-
-/* ------------------------------------------------------------------ fused network (few rows) */
-
-/*
- * One molecule's networks (every element with at most 16 rows, float32, one class of prefixes):
- * each (element, member) network runs in one thread-block cluster, one block per 64 output columns
- * of the widest layer. The blocks take the same tiles as k_gemm_mma (mma_tile, whole k, no split)
- * for the forward layers, the output layer and the backward layers down to the first hidden one,
- * and meet at the cluster's hardware barrier between layers; the first layer's backward (all members
- * summed into dE/dAEV) stays a separate launch. Replaces 2·L launches by one. Per-member energies
- * go to e_parts[member][atom], which k_finish adds in member order (the same sums as k_output).
- * NNP_CUDA_CLUSTER=0 keeps one launch per layer.
- */
-struct ClusterJob {
-    GemmJob<float> fwd[NNP_MAX_LAYERS], bwd[NNP_MAX_LAYERS]; /* this member's part of each layer */
-    OutputJob<float> out;                                     /* the element's output job */
-    int member;
-};
-namespace cg = cooperative_groups;
-__global__ void __launch_bounds__(256) k_network(const ClusterJob* __restrict__ cjobs, int n_hidden, int with_forces, int n_atoms,
-                                                 const int* __restrict__ row_atom, double scale, double* __restrict__ e_parts) {
-    __shared__ uint4 Ahi[MMA_K / 8][32], Alo[MMA_K / 8][32];
-    cg::cluster_group cluster = cg::this_cluster();
-    const int size = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
-    const ClusterJob* C = cjobs + blockIdx.x / size;
-    bool first = true;
-    /* between layers: the first waits for the previous kernel (programmatic launch), later ones
-       for the cluster's blocks (their writes are visible after it) */
-    auto barrier = [&] {
-        if (first) pdl_start();
-        else cluster.sync();
-        first = false;
-    };
-    auto layer = [&](const GemmJob<float>& job, int kind) {
-        const int col0 = rank * GEMM_TILE;
-        KPart kp;
-        kp.part = 0, kp.kbegin = 0, kp.kend = job.k;
-        bool waited = false;
-        auto ready = [&] {
-            barrier();
-            waited = true;
-        };
-        if (col0 < job.n) {
-            if (kind == 0) mma_tile<true, EPI_BIAS_CELU>(job, kp, 1, col0, NULL, Ahi, Alo, ready);
-            else mma_tile<false, EPI_DERIV>(job, kp, 1, col0, NULL, Ahi, Alo, ready);
-        }
-        if (!waited) barrier();
-    };
-    for (int h = 0; h < n_hidden; h++) layer(C->fwd[h], 0);
-    /* Output layer: this member's energy of each row (rank 0, one warp per row, the same sums as
-       k_output) and the first backward step, the rows' elements shared by the cluster's blocks. */
-    barrier();
-    const OutputJob<float> o = C->out;
-    const int m = C->member, width = o.width, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const float* w = o.w_out + m * width;
-    if (rank == 0)
-        for (int r = warp; r < o.rows; r += blockDim.x / 32) {
-            const float* y = o.Y + (size_t)r * o.ldy + m * width;
-            float partial = 0;
-            for (int k = lane; k < width; k += 32) partial += w[k] * __ldcg(y + k);
-            for (int off = 16; off > 0; off >>= 1) partial += __shfl_down_sync(0xffffffffu, partial, off);
-            if (lane == 0) e_parts[(size_t)m * n_atoms + row_atom[o.row0 + r]] = scale * ((double)partial + (double)o.b_out[m]);
-        }
-    if (with_forces) {
-        for (int e = rank * blockDim.x + threadIdx.x; e < o.rows * width; e += size * blockDim.x) {
-            const int r = e / width, k = e % width;
-            const size_t at = (size_t)r * o.ldy + m * width + k;
-            o.delta[at] = (float)scale * w[k] * celu_deriv_from_output(__ldcg(o.Y + at));
-        }
-        for (int h = n_hidden - 1; h >= 1; h--) layer(C->bwd[h], 1);
-    }
 }
 
 /* ------------------------------------------------------------------ AEV backward */
@@ -1410,8 +1322,7 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
  * then the evaluation's flags copied to flags[4..7] (which the host downloads) and cleared.
  */
 #define FINISH_THREADS 1024
-__global__ void __launch_bounds__(FINISH_THREADS) k_finish(const double* __restrict__ atom_energy, const double* __restrict__ e_parts,
-                                                           int parts, int n_atoms, const double* __restrict__ self_energy,
+__global__ void __launch_bounds__(FINISH_THREADS) k_finish(const double* __restrict__ atom_energy, const double* __restrict__ self_energy,
                                                            const int* __restrict__ batch_start, const int* __restrict__ batch_atoms,
                                                            int n_batches, double unit, double* __restrict__ batch_energy, void* energy,
                                                            int energy_is_double, double* total_out, int* flags) {
@@ -1422,12 +1333,7 @@ __global__ void __launch_bounds__(FINISH_THREADS) k_finish(const double* __restr
         double sum = 0;
         for (int q = batch_start[b] + lane; q < batch_start[b + 1]; q += 32) {
             int a = batch_atoms[q];
-            double ea = 0;
-            if (parts > 0) /* the fused network's per-member energies, added in member order */
-                for (int m = 0; m < parts; m++) ea += e_parts[(size_t)m * n_atoms + a];
-            else
-                ea = atom_energy[a];
-            sum += ea + self_energy[a];
+            sum += atom_energy[a] + self_energy[a];
         }
         for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
         if (lane == 0) batch_energy[b] = sum * unit;
@@ -1528,9 +1434,6 @@ struct nnp_cuda_state {
     void* partial;    /* split-K workspace, shared by the launches (they run in order) */
     int* counters;    /* split-K tile counters (zero between launches), shared likewise */
     int pdl; /* programmatic dependent launches (compute capability 9.0 or later; NNP_CUDA_PDL=0: off) */
-    void* cjobs;      /* ClusterJob per (element, member) of the fused network (k_network), or NULL */
-    double* e_parts;  /* its per-member atom energies (members × atoms) */
-    int n_clusters, cluster_size; /* k_network's clusters and blocks per cluster (0: one launch per layer) */
     int aev_live, aev_angular0; /* stored AEV row length and first angular column (see aev_layout) */
     int n_classes, class_len[NNP_CUDA_MAX_CLASSES]; /* first-layer prefix of each class of batches */
     int class_rows[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES], class_row0[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES];
@@ -1551,7 +1454,7 @@ static void free_state(nnp_cuda_state* s) {
     int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
     void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->particle, s->identity, s->element, s->atom_batch, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
                     s->force_index, s->count, s->nbr_index, s->flags, s->nbr_vec, s->aev, s->daev, s->weights,
-                    s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs, s->cjobs, s->e_parts};
+                    s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
     for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
     if (s->host_flags) cudaFreeHost(s->host_flags);
@@ -1789,60 +1692,6 @@ static AevParams<real> aev_params(const nnp_model* m, const int* radial_at, cons
 
 
 /* Builds every buffer for the plan's current atoms, member, units and precision (outside capture). */
-/* The fused network (k_network) where it applies: float32, the few-rows tensor-core tiles for every
-   layer (at most 16 rows per element), one class of prefixes, at most 8 column tiles per layer.
-   Builds each (element, member) cluster's jobs from the per-layer job tables. */
-template <typename real> static cudaError_t build_clusters(nnp_cuda_state* s, const GemmJob<real>*, const OutputJob<real>*, int) {
-    s->n_clusters = 0;
-    return cudaSuccess;
-}
-template <>
-cudaError_t build_clusters<float>(nnp_cuda_state* s, const GemmJob<float>* jobs, const OutputJob<float>* ojobs, int M) {
-    s->n_clusters = 0, s->cluster_size = 0;
-    if ((getenv("NNP_CUDA_CLUSTER") && atoi(getenv("NNP_CUDA_CLUSTER")) == 0) || !skinny_enabled() || !mma_enabled()) return cudaSuccess;
-    if (s->n_classes != 1 || s->n_hidden < 2 || s->n_out_jobs < 1) return cudaSuccess;
-    int device = 0, clusters_ok = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&clusters_ok, cudaDevAttrClusterLaunch, device);
-    if (!clusters_ok) return cudaSuccess;
-    int size = 1;
-    for (int e = 0; e < NNP_MAX_ELEMENTS; e++) {
-        if (s->elem_rows[e] == 0) continue;
-        if (s->elem_rows[e] > 16) return cudaSuccess;
-        for (int h = 0; h < s->n_hidden; h++) size = max(size, (s->width[e][h] + GEMM_TILE - 1) / GEMM_TILE);
-    }
-    if (size > 8) return cudaSuccess;
-    const int n_present = s->n_out_jobs, nc = n_present * M;
-    ClusterJob* c = (ClusterJob*)calloc((size_t)nc, sizeof(ClusterJob));
-    if (c == NULL) return cudaErrorMemoryAllocation;
-    for (int pe = 0, e = 0; e < NNP_MAX_ELEMENTS; e++) {
-        if (s->elem_rows[e] == 0) continue;
-        for (int mm = 0; mm < M; mm++) {
-            ClusterJob& cj = c[pe * M + mm];
-            GemmJob<float> j0 = jobs[s->fwd_job0[0] + pe]; /* all members stacked: this member's columns */
-            const int W1 = s->width[e][0];
-            j0.B += (size_t)mm * W1 * j0.ldb, j0.C += mm * W1, j0.bias += mm * W1, j0.n = W1;
-            cj.fwd[0] = j0;
-            for (int h = 1; h < s->n_hidden; h++) {
-                cj.fwd[h] = jobs[s->fwd_job0[h] + (size_t)pe * M + mm];
-                cj.bwd[h] = jobs[s->bwd_job0[h] + (size_t)pe * M + mm];
-            }
-            cj.out = ojobs[pe];
-            cj.member = mm;
-        }
-        pe++;
-    }
-    cudaError_t err = cudaMalloc(&s->cjobs, sizeof(ClusterJob) * nc);
-    if (err == cudaSuccess) err = cudaMemcpy(s->cjobs, c, sizeof(ClusterJob) * nc, cudaMemcpyHostToDevice);
-    if (err == cudaSuccess) err = cudaMalloc((void**)&s->e_parts, sizeof(double) * M * (size_t)max(s->n_atoms, 1));
-    free(c);
-    if (err == cudaSuccess) {
-        configure_kernel(k_network, 256, 0);
-        s->n_clusters = nc, s->cluster_size = size;
-    }
-    return err;
-}
-
 template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_state* s, int n_particles) {
     const nnp_model* m = plan->model;
     int n = plan->n_atoms, E = m->n_elements;
@@ -2153,7 +2002,6 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         UPLOAD(s->aev_params, &P, sizeof(P));
         UPLOAD(s->out_jobs, ojobs, sizeof(OutputJob<real>) * s->n_out_jobs);
 #undef UPLOAD
-        if (err == cudaSuccess) err = build_clusters<real>(s, jobs, ojobs, M);
         if (err == cudaSuccess) err = cudaMemset(s->batch_energy, 0, sizeof(double) * (plan->n_batches + 1));
         if (err != cudaSuccess) st = nnp_fail(NNP_ERR_CUDA, "uploading the plan to the GPU failed: %s", cudaGetErrorString(err));
         else memcpy(s->host_flags, FLAG_CLEAR, sizeof(int) * 4);
@@ -2214,22 +2062,15 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                  (const int*)s->row_atom, s->capacity, in, (const int*)s->element, (real*)s->aev, (int)A, s->aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
+        for (int h = 0; h < s->n_hidden; h++)
+            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->fwd_aligned[h], s->counters, stream, pdl);
+        MARK();
         const double scale = 1.0 / M;
-        if (s->n_clusters > 0) { /* fused network: the forward stage holds it, down to the first layer's backward */
-            launch_cluster(pdl, k_network, s->n_clusters, s->cluster_size, stream, (const ClusterJob*)s->cjobs, s->n_hidden,
-                           with_forces, n, (const int*)s->row_atom, scale, s->e_parts);
-            MARK();
-            MARK();
-        } else {
-            for (int h = 0; h < s->n_hidden; h++)
-                gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->fwd_aligned[h], s->counters, stream, pdl);
-            MARK();
-            launch_k(pdl, k_output<real>, dim3(s->max_rows, s->n_out_jobs), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream,
-                     (const OutputJob<real>*)s->out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
-            MARK();
-        }
+        launch_k(pdl, k_output<real>, dim3(s->max_rows, s->n_out_jobs), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream,
+                 (const OutputJob<real>*)s->out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
+        MARK();
         if (with_forces) {
-            for (int h = s->n_hidden - 1; s->n_clusters == 0 && h >= 1; h--)
+            for (int h = s->n_hidden - 1; h >= 1; h--)
                 gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->bwd_aligned[h], s->counters, stream, pdl);
             gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->bwd_aligned[0], s->counters, stream, pdl);
             MARK();
@@ -2263,7 +2104,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
     }
     while (profile && stage < NNP_CUDA_STAGES) MARK(); /* stages skipped (no atoms or no forces) take no time */
     launch_k(pdl && n > 0, k_finish, dim3(1), dim3(FINISH_THREADS), 0, stream, (const double*)s->atom_energy,
-             (const double*)s->e_parts, s->n_clusters > 0 && n > 0 ? M : 0, n, (const double*)s->self_energy, (const int*)s->batch_start, (const int*)s->batch_atoms, s->n_batches, eunit,
+             (const double*)s->self_energy, (const int*)s->batch_start, (const int*)s->batch_atoms, s->n_batches, eunit,
              s->batch_energy, io->energy, io->energy_is_double, s->total, s->flags);
     MARK();
 #undef MARK
@@ -2412,15 +2253,6 @@ extern "C" nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length,
     if (model_length) *model_length = plan->model->aev_length;
     if (stored_length) *stored_length = s->aev_live;
     if (classes) *classes = s->n_classes;
-    return NNP_OK;
-}
-
-extern "C" nnp_status nnp_cuda_network_clusters(nnp_plan* plan, int32_t* clusters, int32_t* blocks) {
-    nnp_cuda_state* s = plan ? (nnp_cuda_state*)plan->cuda : NULL;
-    if (s == NULL || plan->cuda_dirty)
-        return nnp_fail(NNP_ERR_STATE, "no CUDA evaluation of the current atoms yet: evaluate first");
-    if (clusters) *clusters = s->n_clusters;
-    if (blocks) *blocks = s->n_clusters > 0 ? s->cluster_size : 0;
     return NNP_OK;
 }
 

@@ -232,14 +232,6 @@ NNP_API nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds);
  * (any pointer may be NULL).
  */
 NNP_API nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length, int32_t* stored_length, int32_t* classes);
-/**
- * Diagnostics: whether the last CUDA evaluation ran its networks fused (float32, at most 16 atoms
- * of each element, one class of prefixes: each element's member network in one thread-block
- * cluster, all layers but the first one's backward in one launch). *clusters: the number of
- * (element, member) clusters, or 0 when each layer is its own launch; *blocks: blocks per cluster
- * (either pointer may be NULL).
- */
-NNP_API nnp_status nnp_cuda_network_clusters(nnp_plan* plan, int32_t* clusters, int32_t* blocks);
 
 /* ---------------------------------------------------------------- XYZ files */
 

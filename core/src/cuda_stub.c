@@ -16,10 +16,6 @@ nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length, int32_t* s
     (void)plan, (void)model_length, (void)stored_length, (void)classes;
     return no_cuda();
 }
-nnp_status nnp_cuda_network_clusters(nnp_plan* plan, int32_t* clusters, int32_t* blocks) {
-    (void)plan, (void)clusters, (void)blocks;
-    return no_cuda();
-}
 nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds) {
     (void)plan, (void)microseconds;
     return no_cuda();

@@ -141,7 +141,6 @@ static nnp_status eval_plain(nnp_plan* plan, cudaStream_t stream, double* d_pos,
 }
 
 static int32_t last_classes; /* classes of the last comparison's CUDA layout */
-static int32_t last_clusters; /* the last comparison's fused-network clusters (0: one launch per layer) */
 
 static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member, nnp_precision precision, double etol,
                              double ftol) {
@@ -167,9 +166,6 @@ static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member
     int32_t model_length = 0, stored_length = 0;
     CHECK_OK(nnp_cuda_aev_layout(gpu, &model_length, &stored_length, &last_classes));
     printf("AEV: %d of %d features stored, %d class(es) of first-layer prefixes\n", stored_length, model_length, last_classes);
-    int32_t blocks = 0;
-    CHECK_OK(nnp_cuda_network_clusters(gpu, &last_clusters, &blocks));
-    if (last_clusters > 0) printf("network: fused, %d clusters of %d blocks\n", last_clusters, blocks);
     double worst = 0;
     for (int b = 0; b < s->n_batches; b++) {
         if (b_cpu[b] == 0.0) CHECK(b_gpu[b] == 0.0); /* empty batch */
@@ -384,9 +380,8 @@ int main(void) {
     system_t s = make_system();
     if (getenv("NNP_TEST_QUICK") != NULL) { /* for slow tools (compute-sanitizer racecheck): one comparison */
         compare_with_cpu(model, &s, 0, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
-        system_t one = make_large_system(1); /* the fused network and the split AEV backward */
+        system_t one = make_large_system(1); /* the tensor-core few-rows GEMM and the split AEV backward */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
-        CHECK(last_clusters > 0);
         free(one.z), free(one.batch), free(one.pos);
         system_t two = make_large_system(2); /* 17 to 32 rows of an element: the SIMT few-rows GEMM */
         compare_with_cpu(model, &two, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
@@ -400,18 +395,10 @@ int main(void) {
     compare_with_cpu(model, &s, -1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
     {
         system_t one = make_large_system(1); /* one molecule: tensor-core few-rows GEMM (float32), AEV backward over several blocks per atom */
-        compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3); /* fused network (one cluster per element and member) */
-        const int32_t fused = last_clusters;
-        CHECK(fused > 0);
-        compare_with_cpu(model, &one, 0, NNP_PRECISION_SINGLE, 1e-5, 1e-3); /* one member */
-        CHECK(last_clusters > 0 && last_clusters * 8 == fused);
-        setenv("NNP_CUDA_CLUSTER", "0", 1); /* the same tiles, one launch per layer */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
-        CHECK(last_clusters == 0);
-        unsetenv("NNP_CUDA_CLUSTER");
+        compare_with_cpu(model, &one, 0, NNP_PRECISION_SINGLE, 1e-5, 1e-3); /* one member */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
-        CHECK(last_clusters == 0); /* float32 only */
-        test_openmm_layout_and_capture(model, &one); /* a single batch, OpenMM's layout, in a graph (fused network) */
+        test_openmm_layout_and_capture(model, &one); /* a single batch, OpenMM's layout, in a graph */
         free(one.z), free(one.batch), free(one.pos);
         system_t two = make_large_system(2); /* two: 18 hydrogens, the SIMT few-rows GEMM */
         compare_with_cpu(model, &two, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
