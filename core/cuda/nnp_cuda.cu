@@ -936,30 +936,12 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
     const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
     const int n = col0 + warp * 8 + g; /* this lane's weight column */
     const bool vec = TRANS_B && ((size_t)job.B % 16 == 0) && job.ldb % 4 == 0; /* kbegin is a multiple of 16 */
-    /* Six accumulators: the three products of a step (lo·hi, hi·lo, hi·hi) and even and odd steps
-       apart, so that no mma waits for another of the same step (short dependency chains). */
-    float acc[6][4];
+    float acc[4][4];
 #pragma unroll
-    for (int a = 0; a < 6; a++)
+    for (int a = 0; a < 4; a++)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[a][c] = 0.f;
-    /* The epilogue's operands, requested early: the bias (constant) now, the layer outputs that
-       give the activation's derivative (an earlier kernel's) just after the wait. */
-    const bool direct = ksplit == 1; /* the epilogue is applied here, not in the split-K fix-up */
-    float bias[2] = {0.f, 0.f}, aux[4] = {0.f, 0.f, 0.f, 0.f};
-    if (EPI == EPI_BIAS_CELU && direct)
-        for (int c = 0; c < 2; c++) {
-            const int gc = col0 + warp * 8 + 2 * tq + c;
-            if (gc < job.n) bias[c] = __ldg(job.bias + gc);
-        }
-    auto load_aux = [&] {
-        if (EPI == EPI_DERIV && direct)
-            for (int c = 0; c < 4; c++) {
-                const int r = g + 8 * (c / 2), gc = col0 + warp * 8 + 2 * tq + (c % 2);
-                if (r < m && gc < job.n) aux[c] = job.aux[(size_t)r * job.ldaux + gc];
-            }
-    };
-    if (kbegin >= kend) ready(), load_aux(); /* an empty part still waits before it writes */
+    if (kbegin >= kend) ready(); /* an empty part still waits before it writes */
     for (int s0 = kbegin; s0 < kend; s0 += MMA_K) {
         const int s1 = min(kend, s0 + MMA_K), width = (s1 - s0 + 15) / 16 * 16;
         /* this lane's weights B(k, n), k = s0 + 16·d + 4·tq + i, every pair of steps d, requested now */
@@ -988,8 +970,8 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
             }
             bv[d] = v;
         }
-        if (s0 == kbegin) ready(), load_aux(); /* the weights above are constant; the activations are not */
-        else __syncthreads();                    /* the previous stage's reads are done */
+        if (s0 == kbegin) ready(); /* the weights above are constant; the activations are not */
+        else __syncthreads();           /* the previous stage's reads are done */
         if (t < width) { /* thread t stages k = s0 + t of the 16 rows (width <= MMA_K = blockDim) */
             const int q = t % 16, step = t / 16 * 2 + (q % 4) / 2, lane0 = q / 4, slot0 = 2 * (q % 2);
             unsigned* hi_at = (unsigned*)&Ahi[step][0] + slot0;
@@ -1012,28 +994,24 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
             const float b0 = step % 2 ? bv[step / 2].z : bv[step / 2].x, b1 = step % 2 ? bv[step / 2].w : bv[step / 2].y;
             const unsigned bh0 = tf32_of(b0), bh1 = tf32_of(b1);
             const unsigned bl0 = tf32_of(b0 - __uint_as_float(bh0)), bl1 = tf32_of(b1 - __uint_as_float(bh1));
-            float(&lohi)[4] = acc[3 * (step & 1)], (&hilo)[4] = acc[3 * (step & 1) + 1], (&high)[4] = acc[3 * (step & 1) + 2];
-            mma_tf32(lohi, al.x, al.y, al.z, al.w, bh0, bh1);
-            mma_tf32(hilo, ah.x, ah.y, ah.z, ah.w, bl0, bl1);
+            float(&mixed)[4] = acc[2 * (step & 1)], (&high)[4] = acc[2 * (step & 1) + 1];
+            mma_tf32(mixed, al.x, al.y, al.z, al.w, bh0, bh1);
+            mma_tf32(mixed, ah.x, ah.y, ah.z, ah.w, bl0, bl1);
             mma_tf32(high, ah.x, ah.y, ah.z, ah.w, bh0, bh1);
         }
     }
-    /* D fragment: (row g, columns 2tq and 2tq+1), then row g + 8; the small terms first, in a fixed order */
+    auto put = [&](int r, int c, float v) { few_rows_put<EPI>(job, ksplit, part, r, col0 + c, v); };
+    /* D fragment: (row g, columns 2tq and 2tq+1), then row g + 8 */
 #pragma unroll
     for (int c = 0; c < 4; c++) {
-        const float v = ((acc[0][c] + acc[3][c]) + (acc[1][c] + acc[4][c])) + (acc[2][c] + acc[5][c]);
-        const int r = g + 8 * (c / 2), gc = col0 + warp * 8 + 2 * tq + (c % 2);
-        if (r >= m || gc >= job.n) continue;
-        if (!direct) job.partial[((size_t)part * m + r) * job.n + gc] = v;
-        else if (EPI == EPI_BIAS_CELU) job.C[(size_t)r * job.ldc + gc] = celu(v + bias[c % 2]);
-        else if (EPI == EPI_DERIV) job.C[(size_t)r * job.ldc + gc] = v * celu_deriv_from_output(aux[c]);
-        else job.C[(size_t)r * job.ldc + gc] = epilogue<float>(EPI, job, r, gc, v);
+        const float v = ((acc[0][c] + acc[2][c]) + (acc[1][c] + acc[3][c]));
+        put(g + 8 * (c / 2), warp * 8 + 2 * tq + (c % 2), v);
     }
     few_rows_fixup<EPI>(job, ksplit, col0, counter);
 }
 
 template <bool TRANS_B, int EPI>
-__global__ void __launch_bounds__(256, 2) k_gemm_mma(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
+__global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
     __shared__ uint4 Ahi[MMA_K / 8][32], Alo[MMA_K / 8][32];
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
     const int col0 = blockIdx.x * GEMM_TILE;
