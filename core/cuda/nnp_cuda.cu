@@ -252,31 +252,43 @@ template <typename real> __device__ AevAtom<real> aev_smem(unsigned char* smem, 
     a.rest = a.ang + capacity;
     return a;
 }
-/* The backward kernel's start: atom i's neighbours as listed by k_aev, with the place of each in
-   the force buffer, and the atom's row of dE/dAEV (g_row, A values), staged in shared memory after
-   the neighbour tables (`rest`: A reals, then capacity ints). */
+/* Neighbour tables as k_aev leaves them for the backward pass, per atom i and slot q < capacity. */
+template <typename real> struct NbrTables {
+    int2* count;                            /* (neighbours, of which within Rca) */
+    typename real4_of<real>::type* vec;     /* (r_j − r_i, d) in Å */
+    typename real4_of<real>::type* cut;     /* cutoff values and derivatives at Rcr and Rca */
+    int2* info;                             /* (element, place in the force buffer) */
+    int* ang;                               /* the neighbours within Rca, in order */
+};
+__host__ __device__ static inline size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+/* The backward kernel's start: atom i's neighbour tables as k_aev left them, the neighbours' places
+   in the force buffer in `rest`, and with stage_g the atom's row of dE/dAEV (g_row, A values) after
+   them (otherwise *g stays g_row). */
 template <typename real>
 __device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __restrict__ params, AevParams<real>& P, int i,
-                                  int capacity, const int* __restrict__ count, const int* __restrict__ nbr_index,
-                                  const typename real4_of<real>::type* __restrict__ nbr_vec, const int* __restrict__ element,
-                                  const int* __restrict__ force_index, const real* __restrict__ g_row, int A, int* s_nang,
-                                  int* s_scan) {
+                                  int capacity, const NbrTables<real> T, const real* __restrict__ g_row, int A, bool stage_g,
+                                  const real** g, const int** fidx) {
     AevAtom<real> a = aev_smem<real>(smem, capacity);
-    real* s_g = (real*)a.rest;
-    int* s_fidx = (int*)(s_g + A);
+    int* s_fidx = (int*)a.rest;
+    real* s_g = (real*)((unsigned char*)a.rest + align16((size_t)capacity * sizeof(int)));
     load_params(params, P); /* constant: before the wait */
     pdl_start();
-    for (int k = threadIdx.x; k < A; k += blockDim.x) s_g[k] = g_row[k];
-    a.nn = count[i];
+    if (stage_g)
+        for (int k = threadIdx.x; k < A; k += blockDim.x) s_g[k] = g_row[k];
+    const int2 c = T.count[i];
+    a.nn = c.x, a.na = c.y;
+    const size_t at = (size_t)i * capacity;
     for (int q = threadIdx.x; q < a.nn; q += blockDim.x) {
-        a.vec[q] = nbr_vec[(size_t)i * capacity + q];
-        const int j = nbr_index[(size_t)i * capacity + q];
-        a.el[q] = element[j];
-        s_fidx[q] = force_index[j];
+        a.vec[q] = T.vec[at + q];
+        a.cut[q] = T.cut[at + q];
+        const int2 info = T.info[at + q];
+        a.el[q] = info.x, s_fidx[q] = info.y;
     }
+    for (int q = threadIdx.x; q < a.na; q += blockDim.x) a.ang[q] = T.ang[at + q];
     __syncthreads();
-    neighbor_tables<real>(a.nn, P.Rcr, P.Rca, a.vec, a.cut, a.ang, s_nang, s_scan);
-    a.na = *s_nang;
+    *g = stage_g ? s_g : g_row;
+    *fidx = s_fidx;
     return a;
 }
 
@@ -285,10 +297,8 @@ template <typename real> struct FrontIn {
     const void* positions;
     const int *particle, *index_of; /* index_of: where each particle is in OpenMM's order, or NULL */
     const int *atom_batch, *batch_start, *batch_atoms;
-    int* force_index; /* out: where each atom's position came from */
-    int* count;       /* out: neighbours per atom (at most capacity) */
-    int* nbr_index;
-    typename real4_of<real>::type* nbr_vec; /* out: (r_j − r_i, d) in Å */
+    int* force_index;  /* out: where each atom's position came from */
+    NbrTables<real> T; /* out: the neighbour tables for the backward pass */
     int* flags;
     Box<real> box;
     real to_angstrom, rc2;
@@ -321,14 +331,13 @@ __device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* 
     for (int base = in.batch_start[b]; base < q1; base += blockDim.x) {
         const int q = base + threadIdx.x;
         bool hit = false;
-        int j = -1;
+        int j = -1, at_j = 0;
         real dx = 0, dy = 0, dz = 0, d2 = 0;
         if (q < q1) {
             j = in.batch_atoms[q];
             if (j != i) {
-                int at;
                 bool finite;
-                const real4 rj = load_position<real>(in.positions, in.format, in.particle, in.index_of, j, in.to_angstrom, &at, &finite);
+                const real4 rj = load_position<real>(in.positions, in.format, in.particle, in.index_of, j, in.to_angstrom, &at_j, &finite);
                 dx = rj.x - ri.x, dy = rj.y - ri.y, dz = rj.z - ri.z;
                 min_image(dx, dy, dz, in.box);
                 d2 = dx * dx + dy * dy + dz * dz;
@@ -342,18 +351,20 @@ __device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* 
             v.x = dx, v.y = dy, v.z = dz, v.w = dsqrt(d2);
             a.vec[slot] = v;
             a.el[slot] = element[j];
-            in.nbr_index[(size_t)i * capacity + slot] = j;
-            in.nbr_vec[(size_t)i * capacity + slot] = v;
+            in.T.vec[(size_t)i * capacity + slot] = v;
+            in.T.info[(size_t)i * capacity + slot] = make_int2(a.el[slot], at_j);
         }
     }
     a.nn = min(found, capacity);
-    if (threadIdx.x == 0) {
-        in.count[i] = a.nn;
-        if (found > capacity) atomicMax(&in.flags[1], found);
-    }
+    if (threadIdx.x == 0 && found > capacity) atomicMax(&in.flags[1], found);
     __syncthreads();
     neighbor_tables<real>(a.nn, P.Rcr, P.Rca, a.vec, a.cut, a.ang, s_nang, s_scan);
     a.na = *s_nang;
+    /* the tables the backward pass reads instead of computing them again */
+    const size_t at = (size_t)i * capacity;
+    for (int q = threadIdx.x; q < a.nn; q += blockDim.x) in.T.cut[at + q] = a.cut[q];
+    for (int q = threadIdx.x; q < a.na; q += blockDim.x) in.T.ang[at + q] = a.ang[q];
+    if (threadIdx.x == 0) in.T.count[i] = make_int2(a.nn, a.na);
     return a;
 }
 
@@ -1155,22 +1166,17 @@ __global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<re
  */
 template <typename real, bool SPLIT>
 __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
-                                                              const int* __restrict__ count, const int* __restrict__ nbr_index,
-                                                              const typename real4_of<real>::type* __restrict__ nbr_vec,
-                                                              const int* __restrict__ element, const real* __restrict__ daev,
-                                                              int ld, const int* __restrict__ force_index,
-                                                              unsigned long long* __restrict__ forces, long long stride,
-                                                              double unit) {
+                                                              const NbrTables<real> T, const real* __restrict__ daev, int ld,
+                                                              const int* __restrict__ force_index, unsigned long long* __restrict__ forces,
+                                                              long long stride, double unit) {
     extern __shared__ unsigned char smem[];
-    __shared__ int s_nang, s_scan[AEV_THREADS / 32];
     __shared__ AevParams<real> P;
     const int row = blockIdx.x, i = row_atom[row];
-    const AevAtom<real> at = aev_atom<real>(smem, params, P, i, capacity, count, nbr_index, nbr_vec, element, force_index,
-                                            daev + (size_t)row * ld, ld, &s_nang, s_scan);
+    const real* g;      /* this atom's dE/dAEV (in shared memory when split over blocks, each reading all of it) */
+    const int* s_fidx;  /* each neighbour's place in the force buffer */
+    const AevAtom<real> at = aev_atom<real>(smem, params, P, i, capacity, T, daev + (size_t)row * ld, ld, SPLIT, &g, &s_fidx);
     const typename real4_of<real>::type *s_vec = at.vec, *s_cut = at.cut;
     const int *s_el = at.el, *s_ang = at.ang, nn = at.nn, na = at.na;
-    const real* g = (const real*)at.rest;            /* this atom's dE/dAEV, in shared memory */
-    const int* s_fidx = (const int*)(g + ld);        /* each neighbour's place in the force buffer */
     const int fi = force_index[i], slice = SPLIT ? blockIdx.y : 0, slices = SPLIT ? gridDim.y : 1;
     double fsum[3] = {0, 0, 0};
     if (SPLIT && P.radial_sub <= 32) {
@@ -1417,8 +1423,9 @@ struct nnp_cuda_state {
     void* aev_params; /* AevParams<real> */
     void* out_jobs;   /* OutputJob<real>, one per element present */
     int n_out_jobs, max_rows;
-    int *particle, *identity, *element, *atom_batch, *batch_start, *batch_atoms, *row_atom, *index_of, *force_index, *count, *nbr_index, *flags;
-    void *nbr_vec, *aev, *daev, *weights;
+    int *particle, *identity, *element, *atom_batch, *batch_start, *batch_atoms, *row_atom, *index_of, *force_index, *nbr_ang, *flags;
+    int2 *count, *nbr_info; /* neighbour tables (NbrTables) */
+    void *nbr_vec, *nbr_cut, *aev, *daev, *weights;
     void* Y[NNP_MAX_LAYERS];
     void* D[NNP_MAX_LAYERS];
     double *atom_energy, *self_energy, *batch_energy, *total;
@@ -1453,7 +1460,7 @@ static void free_state(nnp_cuda_state* s) {
     CUcontext previous = NULL;
     int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
     void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->particle, s->identity, s->element, s->atom_batch, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
-                    s->force_index, s->count, s->nbr_index, s->flags, s->nbr_vec, s->aev, s->daev, s->weights,
+                    s->force_index, s->count, s->nbr_info, s->nbr_ang, s->nbr_cut, s->flags, s->nbr_vec, s->aev, s->daev, s->weights,
                     s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
     for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
@@ -1803,8 +1810,10 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     TRY_ALLOC(s->row_atom, sizeof(int) * n);
     TRY_ALLOC(s->index_of, sizeof(int) * (n_particles > 0 ? n_particles : 1));
     TRY_ALLOC(s->force_index, sizeof(int) * n);
-    TRY_ALLOC(s->count, sizeof(int) * n);
-    TRY_ALLOC(s->nbr_index, sizeof(int) * n * cap);
+    TRY_ALLOC(s->count, sizeof(int2) * n);
+    TRY_ALLOC(s->nbr_info, sizeof(int2) * n * cap);
+    TRY_ALLOC(s->nbr_ang, sizeof(int) * n * cap);
+    TRY_ALLOC(s->nbr_cut, 4 * rs * n * cap);
     TRY_ALLOC(s->flags, sizeof(int) * 8);
     TRY_ALLOC(s->nbr_vec, 4 * rs * n * cap);
     TRY_ALLOC(s->aev, rs * n * A);
@@ -1958,10 +1967,11 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
             s->aev_threads = AEV_THREADS, acc = (size_t)(AEV_THREADS / 32) * stride * sizeof(real);
         s->aev_acc_stride = m->angular_sub <= 32 && base + acc + static_smem <= (size_t)optin ? stride : 0;
         s->aev_shmem = base + (s->aev_acc_stride > 0 ? acc : 0);
-        s->bwd_shmem = base + (size_t)s->aev_live * sizeof(real) + (size_t)s->capacity * sizeof(int); /* + dE/dAEV row, force places */
         s->bwd_slices = m->angular_sub <= 32 && n > 0 ? min(16, (4 * sms) / n) : 1;
         if (getenv("NNP_CUDA_BWD_SLICES") && m->angular_sub <= 32) s->bwd_slices = max(1, min(64, atoi(getenv("NNP_CUDA_BWD_SLICES")))); /* tuning */
         if (s->bwd_slices < 2) s->bwd_slices = 1;
+        /* + the neighbours' force places, and the dE/dAEV row when split (see aev_atom) */
+        s->bwd_shmem = base + align16((size_t)s->capacity * sizeof(int)) + (s->bwd_slices > 1 ? (size_t)s->aev_live * sizeof(real) : 0);
     }
     for (size_t j = 0; st == NNP_OK && j < nj; j++)
         if (partial_at[j] != (size_t)-1) jobs[j].partial = (real*)s->partial + partial_at[j];
@@ -2056,7 +2066,9 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         in.positions = io->positions, in.format = io->positions_format;
         in.particle = s->particle, in.index_of = io->sorted_particles ? s->index_of : NULL;
         in.atom_batch = s->atom_batch, in.batch_start = s->batch_start, in.batch_atoms = s->batch_atoms;
-        in.force_index = s->force_index, in.count = s->count, in.nbr_index = s->nbr_index, in.nbr_vec = (real4*)s->nbr_vec;
+        NbrTables<real> T;
+        T.count = s->count, T.vec = (real4*)s->nbr_vec, T.cut = (real4*)s->nbr_cut, T.info = s->nbr_info, T.ang = s->nbr_ang;
+        in.force_index = s->force_index, in.T = T;
         in.flags = s->flags, in.box = box, in.to_angstrom = (real)to_angstrom, in.rc2 = (real)(m->aev.Rcr * m->aev.Rcr);
         launch_k(pdl && io->sorted_particles, k_aev<real>, dim3(n), dim3(s->aev_threads), s->aev_shmem, stream, P,
                  (const int*)s->row_atom, s->capacity, in, (const int*)s->element, (real*)s->aev, (int)A, s->aev_acc_stride);
@@ -2090,12 +2102,10 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
             }
             if (s->bwd_slices > 1)
                 launch_k(pdl, k_aev_backward<real, true>, dim3(n, s->bwd_slices), dim3(AEV_THREADS), s->bwd_shmem, stream, P,
-                         (const int*)s->row_atom, s->capacity, (const int*)s->count, (const int*)s->nbr_index, (const real4*)s->nbr_vec,
-                         (const int*)s->element, (const real*)s->daev, (int)A, findex, target, stride, force_unit);
+                         (const int*)s->row_atom, s->capacity, T, (const real*)s->daev, (int)A, findex, target, stride, force_unit);
             else
                 launch_k(pdl, k_aev_backward<real, false>, dim3(n), dim3(BWD_THREADS), s->bwd_shmem, stream, P,
-                         (const int*)s->row_atom, s->capacity, (const int*)s->count, (const int*)s->nbr_index, (const real4*)s->nbr_vec,
-                         (const int*)s->element, (const real*)s->daev, (int)A, findex, target, stride, force_unit);
+                         (const int*)s->row_atom, s->capacity, T, (const real*)s->daev, (int)A, findex, target, stride, force_unit);
             if (io->forces_format == NNP_FORCES_XYZ_DOUBLE)
                 launch_k(pdl, k_fixed_to_xyz, dim3((n + 127) / 128), dim3(128), 0, stream, (const unsigned long long*)s->fixed, n,
                          (double*)io->forces);
