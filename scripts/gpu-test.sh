@@ -3,7 +3,7 @@
 # (made by scripts/gpu-pack.sh on a development machine): openmm-libs.tar.xz (OpenMM 8.6.1's
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to $OUT (or .device/out).
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-integrators|integrators|show|bench|profile]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-integrators|integrators|show|bench|bench-integrators|profile|kernels|marginal]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -68,7 +68,9 @@ PY
     # racecheck run in the `sanitize` step, and under racecheck the whole test takes too long.
     for tool in memcheck racecheck; do
       filter=""; [ "$tool" = racecheck ] && filter="--kernel-name kns=nnpLangevin"
-      NNP_TEST_QUICK=1 OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 280 compute-sanitizer --tool "$tool" $filter --error-exitcode 9 \
+      # --report-api-errors no: OpenMM probes its kernel cache with cuModuleLoad, and every miss
+      # (CUDA_ERROR_FILE_NOT_FOUND, then it compiles) would count as an error; memory errors still count.
+      NNP_TEST_QUICK=1 OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 280 compute-sanitizer --tool "$tool" $filter --report-api-errors no --error-exitcode 9 \
         "$root/build-gpu/platforms/cuda/TestCudaNNPIntegrators" > "$out/sanitizer-integrators-$tool.log" 2>&1
       echo "compute-sanitizer $tool on TestCudaNNPIntegrators: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-integrators-$tool.log" | tail -n 1); $(grep -cE 'FAILED' "$out/sanitizer-integrators-$tool.log") failed checks)"
     done ;;
@@ -106,6 +108,16 @@ for name, xs in sorted(t.items(), key=lambda kv: -sum(kv[1])):
     print("  %-28s %4d launches  mean %9.2f us  total %10.1f us" % (name[:28], len(xs), sum(xs) / len(xs), sum(xs)))
 PY
     done ;;
+  marginal)
+    # Each kernel's cost inside the graph-replayed step of one molecule: bench_nnp with only the first
+    # k kernels of each evaluation (NNP_CUDA_DEBUG_KERNELS=k, results wrong, timing real), k = 0..KMAX.
+    prev=""
+    for k in $(seq 0 "${KMAX:-12}"); do
+      us=$(NNP_CUDA_DEBUG_KERNELS=$k OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 60 "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 2>&1 \
+        | awk '$1 == 1 && $3 == "|" {print $5}')
+      echo "kernels $k: graph ${us:-?} us/step${prev:+ (+$(awk -v a="$us" -v b="$prev" 'BEGIN {printf "%.1f", a - b}'))}"
+      prev=$us
+    done | tee "$out/marginal.txt" ;;
   bench-integrators)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_integrators" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench-integrators.txt" ;;
   bench)
