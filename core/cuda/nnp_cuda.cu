@@ -933,7 +933,7 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], unsigned a0, unsigned a1
 }
 /* One tile of k_gemm_mma: columns col0.. of `job`, split-K part kp (of ksplit), with the tile's
    counter. ready() is called once, after this tile's weights are requested and before anything an
-   earlier kernel or phase wrote is read. Ahi and Alo: MMA_K / 8 × 32 uint4 of shared memory each. */
+   earlier kernel wrote is read. Ahi and Alo: MMA_K / 8 × 32 uint4 of shared memory each. */
 template <bool TRANS_B, int EPI, typename Ready>
 __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, int ksplit, int col0, int* counter, uint4 (*Ahi)[32],
                                          uint4 (*Alo)[32], Ready ready) {
