@@ -141,15 +141,14 @@ __global__ void k_inverse_order(const int* __restrict__ order, int n, int* __res
     if (i < n) index_of[order[i]] = i;
 }
 
-/* Atom a's position in Å, read from the caller's buffer (OpenMM's reordered layout through
-   index_of, or the plan's particle order), converted in double and rounded once to real. *at: the
-   slot it came from; *finite: whether all three coordinates are finite. */
+/* The position in Å of particle p (in the plan's particle order), read from the caller's buffer
+   (OpenMM's reordered layout through index_of, or the plan's particle order), converted in double
+   and rounded once to real. *at: the slot it came from; *finite: whether all three coordinates are
+   finite. */
 template <typename real>
 __device__ __forceinline__ typename real4_of<real>::type load_position(const void* __restrict__ positions, int format,
-                                                                       const int* __restrict__ particle,
-                                                                       const int* __restrict__ index_of, int a,
+                                                                       const int* __restrict__ index_of, int p,
                                                                        real to_angstrom, int* at, bool* finite) {
-    const int p = particle[a];
     const int i = index_of ? index_of[p] : p;
     double x, y, z;
     if (format == NNP_POSITIONS_FLOAT4) {
@@ -295,8 +294,9 @@ __device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __
 /* What k_aev needs to find each atom's neighbours from the caller's positions. */
 template <typename real> struct FrontIn {
     const void* positions;
-    const int *particle, *index_of; /* index_of: where each particle is in OpenMM's order, or NULL */
-    const int *atom_batch, *batch_start, *batch_atoms;
+    const int* index_of;     /* where each particle is in OpenMM's order, or NULL */
+    const int4* row_info;    /* per AEV row: (atom, its particle, its batch's first and end place in batch_entry) */
+    const int4* batch_entry; /* the atoms of every batch, in batch order: (atom, particle, element, 0) */
     int* force_index;  /* out: where each atom's position came from */
     NbrTables<real> T; /* out: the neighbour tables for the backward pass */
     int* flags;
@@ -312,32 +312,36 @@ template <typename real> struct FrontIn {
  * atom), [1] count above capacity (largest count seen), [2] coincident atoms.
  */
 template <typename real>
-__device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* __restrict__ params, AevParams<real>& P, int i,
-                                    int capacity, const FrontIn<real>& in, const int* __restrict__ element, int* s_nang,
-                                    int* s_scan) {
+__device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* __restrict__ params, AevParams<real>& P, int row,
+                                    int capacity, const FrontIn<real>& in, int* s_nang, int* s_scan) {
     typedef typename real4_of<real>::type real4;
     AevAtom<real> a = aev_smem<real>(smem, capacity);
-    load_params(params, P); /* constant: before the wait */
+    /* Constant: requested before the wait, the first chunk of the batch included. */
+    const int4 info = in.row_info[row];
+    const int i = info.x, q0 = info.z, q1 = info.w;
+    int4 first = make_int4(-1, 0, 0, 0);
+    if (q0 + (int)threadIdx.x < q1) first = in.batch_entry[q0 + threadIdx.x];
+    load_params(params, P);
     pdl_start();
     int at_i;
     bool finite_i;
-    const real4 ri = load_position<real>(in.positions, in.format, in.particle, in.index_of, i, in.to_angstrom, &at_i, &finite_i);
+    const real4 ri = load_position<real>(in.positions, in.format, in.index_of, info.y, in.to_angstrom, &at_i, &finite_i);
     if (threadIdx.x == 0) { /* every thread reads the atom's position (one broadcast load each), so no barrier waits for it */
         in.force_index[i] = at_i;
         if (!finite_i) atomicMin(&in.flags[0], i);
     }
-    const int b = in.atom_batch[i], q1 = in.batch_start[b + 1];
     int found = 0;
-    for (int base = in.batch_start[b]; base < q1; base += blockDim.x) {
+    for (int base = q0; base < q1; base += blockDim.x) {
         const int q = base + threadIdx.x;
         bool hit = false;
-        int j = -1, at_j = 0;
+        int4 e = make_int4(-1, 0, 0, 0);
+        int at_j = 0;
         real dx = 0, dy = 0, dz = 0, d2 = 0;
         if (q < q1) {
-            j = in.batch_atoms[q];
-            if (j != i) {
+            e = base == q0 ? first : in.batch_entry[q];
+            if (e.x != i) {
                 bool finite;
-                const real4 rj = load_position<real>(in.positions, in.format, in.particle, in.index_of, j, in.to_angstrom, &at_j, &finite);
+                const real4 rj = load_position<real>(in.positions, in.format, in.index_of, e.y, in.to_angstrom, &at_j, &finite);
                 dx = rj.x - ri.x, dy = rj.y - ri.y, dz = rj.z - ri.z;
                 min_image(dx, dy, dz, in.box);
                 d2 = dx * dx + dy * dy + dz * dz;
@@ -350,9 +354,9 @@ __device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* 
             real4 v;
             v.x = dx, v.y = dy, v.z = dz, v.w = dsqrt(d2);
             a.vec[slot] = v;
-            a.el[slot] = element[j];
+            a.el[slot] = e.z;
             in.T.vec[(size_t)i * capacity + slot] = v;
-            in.T.info[(size_t)i * capacity + slot] = make_int2(a.el[slot], at_j);
+            in.T.info[(size_t)i * capacity + slot] = make_int2(e.z, at_j);
         }
     }
     a.nn = min(found, capacity);
@@ -371,14 +375,13 @@ __device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* 
 /* AEVs, one block per atom (rows in element order), from the positions (see aev_search). acc_stride > 0 selects the pair-parallel
    angular path and is the length of each warp's accumulator row in the dynamic shared memory. */
 template <typename real>
-__global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
-                                                     const FrontIn<real> in, const int* __restrict__ element, real* __restrict__ aev,
-                                                     int ld, int acc_stride) {
+__global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* __restrict__ params, int capacity, const FrontIn<real> in,
+                                                     real* __restrict__ aev, int ld, int acc_stride) {
     extern __shared__ unsigned char smem[];
     __shared__ int s_nang, s_scan[AEV_MAX_THREADS / 32];
     __shared__ AevParams<real> P;
     const int row = blockIdx.x;
-    const AevAtom<real> at = aev_search<real>(smem, params, P, row_atom[row], capacity, in, element, &s_nang, s_scan);
+    const AevAtom<real> at = aev_search<real>(smem, params, P, row, capacity, in, &s_nang, s_scan);
     const typename real4_of<real>::type *s_vec = at.vec, *s_cut = at.cut;
     const int *s_el = at.el, *s_ang = at.ang, nn = at.nn, na = at.na;
     real* out = aev + (size_t)row * ld;
@@ -488,7 +491,7 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
  *           EPI_DERIV: c = acc · celu'(aux[row, col]) (aux = that layer's outputs); EPI_NONE: c = acc.
  * Tiles of 64×64, k-steps of 16, 256 threads with 4×4 results each; sums in k order.
  */
-enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_BIAS_CELU = 2, EPI_DERIV = 3 };
+enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_BIAS_CELU = 2, EPI_DERIV = 3, EPI_OUT = 4 /* k_gemm_mma only: see OutFuse */ };
 
 template <typename real> struct GemmJob {
     const real* A;
@@ -498,6 +501,7 @@ template <typename real> struct GemmJob {
     const real* aux;
     int m, n, k, lda, ldb, ldc, ldaux;
     real* partial; /* split-K: ksplit × m × n partial sums, added in order by splitk_fixup */
+    int group, member; /* the last hidden layer's forward: output job (element) and ensemble member */
 };
 
 template <typename real> __device__ __forceinline__ real epilogue(int epi, const GemmJob<real>& job, int gr, int gc, real v) {
@@ -907,6 +911,34 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
     few_rows_fixup<EPI>(job, ksplit, col0, tile_counter(counters, ksplit));
 }
 
+/* Per element: the last hidden layer's outputs Y (rows × members·width), output weights w_out
+   (members × width) and biases. One block per row, one warp per member: e = Σ_m scale·(w_m·y_m +
+   b_m), the members added in order; if forces, the first backward step delta[row, m, :] = scale ·
+   w_m ⊙ celu'(y_m). */
+template <typename real> struct OutputJob {
+    const real* Y;
+    const real* w_out;
+    const real* b_out;
+    real* delta;
+    int row0, ldy, width, rows, pad;
+};
+
+/*
+ * The output layer fused into the last hidden layer's forward (EPI_OUT; one molecule: k_gemm_mma
+ * without split-K). Each block takes its tile's y = celu(acc + bias) (y itself is not stored:
+ * nothing reads it): the first backward step delta = scale · w_out ⊙ celu'(y) (with forces), and the
+ * tile's Σ_col w_out·y per row (lanes, then warps, in a fixed order) into partial[z][tile][16], z =
+ * element·members + member. The end of the evaluation (finish_evaluation) adds, per row, the tiles in
+ * order and then the members in order with their biases, as k_output would: e = Σ_m scale·(Σ w·y + b_m).
+ * The output weights and biases are requested before the wait for the earlier kernel.
+ */
+struct OutFuse {
+    const OutputJob<float>* jobs; /* per element; GemmJob::group indexes them */
+    float* partial;
+    float scale;
+    int with_forces;
+};
+
 /*
  * At most 16 rows (float32), on the tensor cores: one molecule's layers, where the SIMT kernels
  * above issue about one instruction per 4 cycles per scheduler and the instruction count sets the
@@ -931,12 +963,40 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], unsigned a0, unsigned a1
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+/* EPI_OUT's end of a k_gemm_mma tile (see OutFuse): acc as in mma_tile; w and b: the output weight
+   and the bias of this lane's two columns; delta: the element's first backward step. */
+__device__ __forceinline__ void mma_output(const GemmJob<float>& job, int col0, const float (&acc)[4][4], const float (&w)[2],
+                                           const float (&b)[2], const OutputJob<float>& o, const OutFuse& fuse) {
+    __shared__ float s_e[8][16];
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
+    float e[2] = {0.f, 0.f}; /* rows g and g + 8 */
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int r = g + 8 * (c / 2), col = col0 + warp * 8 + 2 * tq + (c % 2);
+        if (r >= job.m || col >= job.n) continue;
+        const float y = celu((acc[0][c] + acc[2][c]) + (acc[1][c] + acc[3][c]) + b[c % 2]);
+        e[c / 2] += w[c % 2] * y;
+        if (fuse.with_forces) o.delta[(size_t)r * o.ldy + job.member * o.width + col] = fuse.scale * w[c % 2] * celu_deriv_from_output(y);
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        e[0] += __shfl_xor_sync(0xffffffffu, e[0], off);
+        e[1] += __shfl_xor_sync(0xffffffffu, e[1], off);
+    }
+    if (tq == 0) s_e[warp][g] = e[0], s_e[warp][g + 8] = e[1];
+    __syncthreads();
+    if (t < 16) {
+        float sum = 0.f;
+        for (int x = 0; x < 8; x++) sum += s_e[x][t];
+        fuse.partial[((size_t)blockIdx.z * gridDim.x + blockIdx.x) * 16 + t] = sum;
+    }
+}
 /* One tile of k_gemm_mma: columns col0.. of `job`, split-K part kp (of ksplit), with the tile's
    counter. ready() is called once, after this tile's weights are requested and before anything an
    earlier kernel wrote is read. Ahi and Alo: MMA_K / 8 × 32 uint4 of shared memory each. */
 template <bool TRANS_B, int EPI, typename Ready>
 __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, int ksplit, int col0, int* counter, uint4 (*Ahi)[32],
-                                         uint4 (*Alo)[32], Ready ready) {
+                                         uint4 (*Alo)[32], const OutFuse& fuse, Ready ready) {
     const int part = kp.part, kbegin = kp.kbegin, kend = kp.kend;
     const int m = job.m;
     /* The k order inside each 16-k pair of mma steps: lane tq's two k of the first step are 4tq and
@@ -948,6 +1008,16 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
     const int n = col0 + warp * 8 + g; /* this lane's weight column */
     const bool vec = TRANS_B && ((size_t)job.B % 16 == 0) && job.ldb % 4 == 0; /* kbegin is a multiple of 16 */
     float acc[4][4];
+    float out_w[2] = {0.f, 0.f}, out_b[2] = {0.f, 0.f}; /* EPI_OUT: see mma_output */
+    OutputJob<float> o = {};
+    if constexpr (EPI == EPI_OUT) {
+        o = fuse.jobs[job.group];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int col = col0 + warp * 8 + 2 * tq + i;
+            if (col < job.n) out_b[i] = job.bias[col], out_w[i] = o.w_out[job.member * o.width + col];
+        }
+    }
 #pragma unroll
     for (int a = 0; a < 4; a++)
 #pragma unroll
@@ -1011,6 +1081,10 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
             mma_tf32(high, ah.x, ah.y, ah.z, ah.w, bh0, bh1);
         }
     }
+    if constexpr (EPI == EPI_OUT) {
+        mma_output(job, col0, acc, out_w, out_b, o, fuse);
+        return;
+    }
     auto put = [&](int r, int c, float v) { few_rows_put<EPI>(job, ksplit, part, r, col0 + c, v); };
     /* D fragment: (row g, columns 2tq and 2tq+1), then row g + 8 */
 #pragma unroll
@@ -1022,7 +1096,8 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
 }
 
 template <bool TRANS_B, int EPI>
-__global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters) {
+__global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters,
+                                                       const OutFuse fuse) {
     __shared__ uint4 Ahi[MMA_K / 8][32], Alo[MMA_K / 8][32];
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
     const int col0 = blockIdx.x * GEMM_TILE;
@@ -1030,7 +1105,7 @@ __global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restri
         pdl_start();
         return;
     }
-    mma_tile<TRANS_B, EPI>(job, k_part(job.k, ksplit, blockIdx.z), ksplit, col0, tile_counter(counters, ksplit), Ahi, Alo,
+    mma_tile<TRANS_B, EPI>(job, k_part(job.k, ksplit, blockIdx.z), ksplit, col0, tile_counter(counters, ksplit), Ahi, Alo, fuse,
                            [] { pdl_start(); });
 }
 
@@ -1070,6 +1145,7 @@ static int mma_enabled(void) {
 }
 template <typename real> struct SkinnyGemm {
     template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, int, int, int*, cudaStream_t, bool) { return false; }
+    static bool run_output(const GemmJob<real>*, dim3, int*, cudaStream_t, bool, const OutFuse&) { return false; }
     static void preload() {}
 };
 template <> struct SkinnyGemm<float> {
@@ -1077,8 +1153,13 @@ template <> struct SkinnyGemm<float> {
     static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, int* counters, cudaStream_t stream, bool pdl) {
         if (max_m > SKINNY_M || !skinny_enabled()) return false;
         const dim3 g(grid.x, 1, grid.z);
-        if (max_m <= 16 && mma_enabled()) launch_k(pdl, k_gemm_mma<TRANS_B, EPI>, g, dim3(256), 0, stream, jobs, ksplit, counters);
+        if (max_m <= 16 && mma_enabled()) launch_k(pdl, k_gemm_mma<TRANS_B, EPI>, g, dim3(256), 0, stream, jobs, ksplit, counters, OutFuse());
         else launch_k(pdl, k_gemm_skinny<TRANS_B, EPI, SKINNY_M>, g, dim3(256), 0, stream, jobs, ksplit, counters);
+        return true;
+    }
+    /* The last hidden layer's forward with the output layer (EPI_OUT; see fuse_output). */
+    static bool run_output(const GemmJob<float>* jobs, dim3 grid, int* counters, cudaStream_t stream, bool pdl, const OutFuse& fuse) {
+        launch_k(pdl, k_gemm_mma<true, EPI_OUT>, dim3(grid.x, 1, grid.z), dim3(256), 0, stream, jobs, 1, counters, fuse);
         return true;
     }
     static void preload();
@@ -1105,18 +1186,6 @@ template <> struct BigGemm4<float> {
 };
 
 /* ------------------------------------------------------------------ output layer */
-
-/* Per element: the last hidden layer's outputs Y (rows × members·width), output weights w_out
-   (members × width) and biases. One block per row, one warp per member: e = Σ_m scale·(w_m·y_m +
-   b_m), the members added in order; if forces, the first backward step delta[row, m, :] = scale ·
-   w_m ⊙ celu'(y_m). */
-template <typename real> struct OutputJob {
-    const real* Y;
-    const real* w_out;
-    const real* b_out;
-    real* delta;
-    int row0, ldy, width, rows, pad;
-};
 
 #define OUTPUT_WARPS 8
 /* One row of an output job (every thread of the block; one warp per member, in turn). */
@@ -1153,6 +1222,91 @@ __global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<re
     output_row<real>(job, row, members, all_row_atom, scale, atom_energy, with_forces);
 }
 
+/* ------------------------------------------------------------------ per-batch reduction */
+
+/*
+ * The end of an evaluation, in one block: per-batch energies (one warp per batch, atoms in batch
+ * order, a fixed reduction tree), their total (fixed order) added to the caller's energy (float or
+ * double), then the evaluation's flags written to the host's mapped copy and cleared. Run by
+ * k_finish, or, for few atoms, by an extra first block of k_aev_backward (nothing there depends on
+ * the forces, and one launch fewer is one dependency fewer in the step).
+ */
+struct Finish {
+    double* atom_energy;
+    const double* self_energy;
+    const int* batch_start;
+    const int* batch_atoms;
+    double* batch_energy;
+    void* energy;     /* the caller's energy, or NULL */
+    double* total;
+    int* flags;       /* device: NaN atom, overflow, same position (cleared here) */
+    int* host_flags;  /* mapped pinned memory: what the host reads at its next evaluation */
+    double unit;
+    int n_batches, energy_is_double;
+    /* With the output layer fused (OutFuse; else out_partial is NULL): the atoms' energies are
+       first added up here from its partial sums, per element (out_jobs) and row. */
+    const OutputJob<float>* out_jobs;
+    const float* out_partial;
+    const int* row_atom;
+    double out_scale;
+    int n_out_jobs, members, out_tiles; /* out_tiles: the fused launch's gridDim.x */
+};
+__device__ void finish_evaluation(const Finish& f) {
+    __shared__ double s_warp[32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+    if (f.out_partial != NULL) {
+        for (int q = threadIdx.x; q < f.n_out_jobs * 16; q += blockDim.x) {
+            const OutputJob<float>& o = f.out_jobs[q / 16];
+            const int row = q % 16, tiles = (o.width + GEMM_TILE - 1) / GEMM_TILE;
+            if (row >= o.rows) continue;
+            double e = 0;
+            for (int m0 = 0; m0 < f.members; m0 += 8) { /* 8 members' loads in flight at once */
+                float sum[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    sum[i] = 0.f;
+                    if (m0 + i >= f.members) continue;
+                    const float* p = f.out_partial + ((size_t)(q / 16 * f.members + m0 + i) * f.out_tiles) * 16 + row;
+#pragma unroll
+                    for (int x = 0; x < 4; x++)
+                        if (x < tiles) sum[i] += __ldcg(p + x * 16);
+                    for (int x = 4; x < tiles; x++) sum[i] += __ldcg(p + x * 16);
+                }
+                for (int i = 0; i < 8 && m0 + i < f.members; i++) e += f.out_scale * ((double)sum[i] + (double)o.b_out[m0 + i]);
+            }
+            f.atom_energy[f.row_atom[o.row0 + row]] = e;
+        }
+        __syncthreads();
+    }
+    for (int b = warp; b < f.n_batches; b += nwarps) {
+        double sum = 0;
+        for (int q = f.batch_start[b] + lane; q < f.batch_start[b + 1]; q += 32) {
+            int a = f.batch_atoms[q];
+            sum += f.atom_energy[a] + f.self_energy[a];
+        }
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
+        if (lane == 0) f.batch_energy[b] = sum * f.unit;
+    }
+    __syncthreads();
+    double sum = 0;
+    for (int b = threadIdx.x; b < f.n_batches; b += blockDim.x) sum += f.batch_energy[b];
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
+    if (lane == 0) s_warp[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0;
+        for (int w = 0; w < nwarps; w++) total += s_warp[w];
+        *f.total = total;
+        if (f.energy != NULL) {
+            if (f.energy_is_double) *(double*)f.energy += total;
+            else *(float*)f.energy += (float)total;
+        }
+        int* flags = f.flags;
+        volatile int* host = f.host_flags;
+        host[0] = flags[0], host[1] = flags[1], host[2] = flags[2], host[3] = !isfinite(total);
+        flags[0] = 0x7fffffff, flags[1] = 0, flags[2] = 0;
+    }
+}
 /* ------------------------------------------------------------------ AEV backward */
 
 /*
@@ -1168,10 +1322,15 @@ template <typename real, bool SPLIT>
 __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
                                                               const NbrTables<real> T, const real* __restrict__ daev, int ld,
                                                               const int* __restrict__ force_index, unsigned long long* __restrict__ forces,
-                                                              long long stride, double unit) {
+                                                              long long stride, double unit, const Finish fin, int with_finish) {
     extern __shared__ unsigned char smem[];
     __shared__ AevParams<real> P;
-    const int row = blockIdx.x, i = row_atom[row];
+    if (SPLIT && with_finish && blockIdx.x == 0) { /* the extra first block: the end of the evaluation (see Finish) */
+        pdl_start();
+        if (blockIdx.y == 0) finish_evaluation(fin);
+        return;
+    }
+    const int row = blockIdx.x - (SPLIT ? with_finish : 0), i = row_atom[row];
     const real* g;      /* this atom's dE/dAEV (in shared memory when split over blocks, each reading all of it) */
     const int* s_fidx;  /* each neighbour's place in the force buffer */
     const AevAtom<real> at = aev_atom<real>(smem, params, P, i, capacity, T, daev + (size_t)row * ld, ld, SPLIT, &g, &s_fidx);
@@ -1320,48 +1479,10 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
         if (fsum[c] != 0) add_fixed(&forces[fi + c * stride], fsum[c] * unit);
 }
 
-/* ------------------------------------------------------------------ per-batch reduction */
-
-/*
- * The end of an evaluation, one block: per-batch energies (one warp per batch, atoms in batch order,
- * a fixed reduction tree), their total (fixed order) added to the caller's energy (float or double),
- * then the evaluation's flags copied to flags[4..7] (which the host downloads) and cleared.
- */
 #define FINISH_THREADS 1024
-__global__ void __launch_bounds__(FINISH_THREADS) k_finish(const double* __restrict__ atom_energy, const double* __restrict__ self_energy,
-                                                           const int* __restrict__ batch_start, const int* __restrict__ batch_atoms,
-                                                           int n_batches, double unit, double* __restrict__ batch_energy, void* energy,
-                                                           int energy_is_double, double* total_out, int* flags) {
+__global__ void __launch_bounds__(FINISH_THREADS) k_finish(const Finish f) {
     pdl_start();
-    __shared__ double s[FINISH_THREADS];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int b = warp; b < n_batches; b += FINISH_THREADS / 32) {
-        double sum = 0;
-        for (int q = batch_start[b] + lane; q < batch_start[b + 1]; q += 32) {
-            int a = batch_atoms[q];
-            sum += atom_energy[a] + self_energy[a];
-        }
-        for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
-        if (lane == 0) batch_energy[b] = sum * unit;
-    }
-    __syncthreads();
-    double sum = 0;
-    for (int b = threadIdx.x; b < n_batches; b += FINISH_THREADS) sum += batch_energy[b];
-    s[threadIdx.x] = sum;
-    __syncthreads();
-    for (int w = FINISH_THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        *total_out = s[0];
-        if (energy != NULL) {
-            if (energy_is_double) *(double*)energy += s[0];
-            else *(float*)energy += (float)s[0];
-        }
-        flags[4] = flags[0], flags[5] = flags[1], flags[6] = flags[2], flags[7] = !isfinite(s[0]);
-        flags[0] = 0x7fffffff, flags[1] = 0, flags[2] = 0;
-    }
+    finish_evaluation(f);
 }
 
 /* Plain output: fixed-point [3][n] → n×3 doubles. The plan's own buffer uses 2^-48 steps
@@ -1423,7 +1544,10 @@ struct nnp_cuda_state {
     void* aev_params; /* AevParams<real> */
     void* out_jobs;   /* OutputJob<real>, one per element present */
     int n_out_jobs, max_rows;
-    int *particle, *identity, *element, *atom_batch, *batch_start, *batch_atoms, *row_atom, *index_of, *force_index, *nbr_ang, *flags;
+    int fuse_output;   /* the output layer inside the last hidden layer's forward (OutFuse) */
+    float* out_partial; /* OutFuse::partial */
+    int *identity, *batch_start, *batch_atoms, *row_atom, *index_of, *force_index, *nbr_ang, *flags;
+    int4 *row_info, *batch_entry; /* k_aev's search tables (FrontIn) */
     int2 *count, *nbr_info; /* neighbour tables (NbrTables) */
     void *nbr_vec, *nbr_cut, *aev, *daev, *weights;
     void* Y[NNP_MAX_LAYERS];
@@ -1446,7 +1570,8 @@ struct nnp_cuda_state {
     int class_rows[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES], class_row0[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES];
     int aev_acc_stride, aev_threads, bwd_slices; /* AEV kernels' shapes (see k_aev, k_aev_backward) */
     size_t aev_shmem, bwd_shmem;
-    int* host_flags; /* pinned: flags of the latest evaluation, copied asynchronously */
+    int* host_flags;     /* mapped pinned memory: flags of the latest evaluation, written by its last kernel */
+    int* host_flags_dev; /* the same, as the device sees it */
     /* stage timing (NNP_CUDA_PROFILE=1, evaluations outside capture only) */
     cudaEvent_t events[NNP_CUDA_STAGES + 1];
     int profiling;
@@ -1459,9 +1584,9 @@ static void free_state(nnp_cuda_state* s) {
     if (s == NULL) return;
     CUcontext previous = NULL;
     int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
-    void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->particle, s->identity, s->element, s->atom_batch, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
+    void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->row_info, s->batch_entry, s->identity, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
                     s->force_index, s->count, s->nbr_info, s->nbr_ang, s->nbr_cut, s->flags, s->nbr_vec, s->aev, s->daev, s->weights,
-                    s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs};
+                    s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs, s->out_partial};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
     for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
     if (s->host_flags) cudaFreeHost(s->host_flags);
@@ -1520,6 +1645,7 @@ void SkinnyGemm<float>::preload() {
     configure_kernel(k_gemm_mma<true, EPI_BIAS_CELU>, 256, 0);
     configure_kernel(k_gemm_mma<false, EPI_DERIV>, 256, 0);
     configure_kernel(k_gemm_mma<false, EPI_NONE>, 256, 0);
+    configure_kernel(k_gemm_mma<true, EPI_OUT>, 256, 0);
     preload_skinny<SKINNY_M>();
 }
 
@@ -1801,10 +1927,9 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
 #define TRY_ALLOC(ptr, bytes)                                                                       \
     if (st == NNP_OK && cudaMalloc((void**)&(ptr), (bytes) > 0 ? (bytes) : 16) != cudaSuccess)     \
         st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate %zu bytes of GPU memory (%s)", (size_t)(bytes), #ptr);
-    TRY_ALLOC(s->particle, sizeof(int) * n);
+    TRY_ALLOC(s->row_info, sizeof(int4) * n);
+    TRY_ALLOC(s->batch_entry, sizeof(int4) * n);
     TRY_ALLOC(s->identity, sizeof(int) * n);
-    TRY_ALLOC(s->element, sizeof(int) * n);
-    TRY_ALLOC(s->atom_batch, sizeof(int) * n);
     TRY_ALLOC(s->batch_start, sizeof(int) * (plan->n_batches + 1));
     TRY_ALLOC(s->batch_atoms, sizeof(int) * n);
     TRY_ALLOC(s->row_atom, sizeof(int) * n);
@@ -1828,8 +1953,9 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     TRY_ALLOC(s->batch_energy, sizeof(double) * (plan->n_batches + 1));
     TRY_ALLOC(s->total, sizeof(double));
     TRY_ALLOC(s->fixed, sizeof(unsigned long long) * 3 * n);
-    if (st == NNP_OK && cudaHostAlloc((void**)&s->host_flags, sizeof(int) * 4, cudaHostAllocDefault) != cudaSuccess)
-        st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate pinned host memory");
+    if (st == NNP_OK && (cudaHostAlloc((void**)&s->host_flags, sizeof(int) * 4, cudaHostAllocMapped) != cudaSuccess ||
+                         cudaHostGetDevicePointer((void**)&s->host_flags_dev, s->host_flags, 0) != cudaSuccess))
+        st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate mapped pinned host memory");
     /* GEMM job tables: forward h (h = 0: per element, all members stacked; h >= 1: per element and
        member) and backward h (h >= 1: D[h-1] = (D[h] · W_h) ⊙ celu'(Y[h-1]); h = 0: dAEV). */
     GemmJob<real>* jobs = (GemmJob<real>*)calloc((size_t)2 * NNP_MAX_LAYERS * E * M + (size_t)2 * E * NNP_CUDA_MAX_CLASSES + 1, sizeof(GemmJob<real>));
@@ -1837,10 +1963,11 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     real* W = (real*)s->weights;
     for (int h = 0; h < s->n_hidden; h++) {
         s->fwd_job0[h] = nj;
-        int gx = 0, gy = 0;
+        int gx = 0, gy = 0, group = -1; /* group: the element's output job (elements present, in order) */
         for (int e = 0; e < E; e++) {
             int r = s->elem_rows[e];
             if (r == 0) continue;
+            group++;
             int W1 = s->width[e][h];
             real* Yh = (real*)s->Y[h] + s->y_offset[h][e];
             if (h == 0) { /* one job per class: its rows' prefix of the stored AEV */
@@ -1858,6 +1985,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
                 for (int mm = 0; mm < M; mm++) {
                     GemmJob<real> j = {Yp + mm * W0, W + s->wh_offset[e][h][mm], Yh + mm * W1, W + s->bh_offset[e][h][mm],
                                        NULL, r, W1, W0, M * W0, W0, M * W1, 0};
+                    j.group = group, j.member = mm; /* used by the fused output layer (last layer) */
                     jobs[nj++] = j;
                 }
                 gx = max(gx, (W1 + GEMM_TILE - 1) / GEMM_TILE);
@@ -1994,14 +2122,34 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         s->max_rows = max(s->max_rows, r);
     }
     TRY_ALLOC(s->out_jobs, sizeof(OutputJob<real>) * (s->n_out_jobs + 1));
+    /* The output layer fused into the last hidden layer's forward where that runs on k_gemm_mma
+       without split-K (float32, at most 16 rows per element; NNP_CUDA_FUSE_OUTPUT=0: k_output). */
+    {
+        const int L = s->n_hidden - 1;
+        s->fuse_output = sizeof(real) == 4 && L >= 1 && s->fwd_m[L] <= 16 && s->fwd_ksplit[L] == 1 && skinny_enabled() &&
+                         mma_enabled() && !(getenv("NNP_CUDA_FUSE_OUTPUT") && atoi(getenv("NNP_CUDA_FUSE_OUTPUT")) == 0);
+        TRY_ALLOC(s->out_partial, sizeof(float) * (s->fuse_output ? (size_t)s->fwd_jobs[L] * s->fwd_grid[L].x * 16 : 1));
+    }
     if (st == NNP_OK) {
         cudaError_t err = cudaSuccess;
         const int* batch_atoms = plan->order;
 #define UPLOAD(dst, src, bytes) if (err == cudaSuccess && (bytes) > 0) err = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)
-        UPLOAD(s->particle, particle, sizeof(int) * n);
+        /* k_aev's search tables (FrontIn) */
+        int4* row_info = (int4*)malloc(sizeof(int4) * (n + 1));
+        int4* batch_entry = (int4*)malloc(sizeof(int4) * (n + 1));
+        if (row_info == NULL || batch_entry == NULL) err = cudaErrorMemoryAllocation;
+        for (int r = 0; err == cudaSuccess && r < n; r++) {
+            const int i = row_atom[r], b = atom_batch[i];
+            row_info[r] = make_int4(i, particle[i], plan->batch_start[b], plan->batch_start[b + 1]);
+        }
+        for (int q = 0; err == cudaSuccess && q < n; q++) {
+            const int j = batch_atoms[q];
+            batch_entry[q] = make_int4(j, particle[j], plan->elements[j], 0);
+        }
+        UPLOAD(s->row_info, row_info, sizeof(int4) * n);
+        UPLOAD(s->batch_entry, batch_entry, sizeof(int4) * n);
+        free(row_info), free(batch_entry);
         UPLOAD(s->identity, identity, sizeof(int) * n);
-        UPLOAD(s->element, plan->elements, sizeof(int) * n);
-        UPLOAD(s->atom_batch, atom_batch, sizeof(int) * n);
         UPLOAD(s->batch_start, plan->batch_start, sizeof(int) * (plan->n_batches + 1));
         UPLOAD(s->batch_atoms, batch_atoms, sizeof(int) * n);
         UPLOAD(s->row_atom, row_atom, sizeof(int) * n);
@@ -2055,6 +2203,14 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
        stages are timed); the plain force buffer is cleared before the first. */
     const bool pdl = s->pdl && !profile;
     debug_launched = 0;
+    Finish fin;
+    fin.atom_energy = s->atom_energy, fin.self_energy = s->self_energy;
+    fin.batch_start = s->batch_start, fin.batch_atoms = s->batch_atoms, fin.batch_energy = s->batch_energy;
+    fin.energy = io->energy, fin.total = s->total, fin.flags = s->flags, fin.host_flags = s->host_flags_dev;
+    fin.unit = eunit, fin.n_batches = s->n_batches, fin.energy_is_double = io->energy_is_double;
+    fin.out_jobs = (const OutputJob<float>*)s->out_jobs, fin.out_partial = NULL, fin.row_atom = s->row_atom;
+    fin.out_scale = 1.0 / M, fin.n_out_jobs = s->n_out_jobs, fin.members = M, fin.out_tiles = 0;
+    bool finish_fused = false;
     if (n > 0 && with_forces && io->forces_format != NNP_FORCES_FIXED_POINT)
         cudaMemsetAsync(s->fixed, 0, sizeof(unsigned long long) * 3 * n, stream);
     if (n > 0) {
@@ -2064,22 +2220,33 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         MARK();
         FrontIn<real> in;
         in.positions = io->positions, in.format = io->positions_format;
-        in.particle = s->particle, in.index_of = io->sorted_particles ? s->index_of : NULL;
-        in.atom_batch = s->atom_batch, in.batch_start = s->batch_start, in.batch_atoms = s->batch_atoms;
+        in.index_of = io->sorted_particles ? s->index_of : NULL;
+        in.row_info = s->row_info, in.batch_entry = s->batch_entry;
         NbrTables<real> T;
         T.count = s->count, T.vec = (real4*)s->nbr_vec, T.cut = (real4*)s->nbr_cut, T.info = s->nbr_info, T.ang = s->nbr_ang;
         in.force_index = s->force_index, in.T = T;
         in.flags = s->flags, in.box = box, in.to_angstrom = (real)to_angstrom, in.rc2 = (real)(m->aev.Rcr * m->aev.Rcr);
-        launch_k(pdl && io->sorted_particles, k_aev<real>, dim3(n), dim3(s->aev_threads), s->aev_shmem, stream, P,
-                 (const int*)s->row_atom, s->capacity, in, (const int*)s->element, (real*)s->aev, (int)A, s->aev_acc_stride);
+        launch_k(pdl && io->sorted_particles, k_aev<real>, dim3(n), dim3(s->aev_threads), s->aev_shmem, stream, P, s->capacity, in,
+                 (real*)s->aev, (int)A, s->aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
-        for (int h = 0; h < s->n_hidden; h++)
-            gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h], s->fwd_aligned[h], s->counters, stream, pdl);
-        MARK();
         const double scale = 1.0 / M;
-        launch_k(pdl, k_output<real>, dim3(s->max_rows, s->n_out_jobs), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream,
-                 (const OutputJob<real>*)s->out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
+        const bool fuse_output = s->fuse_output && !profile; /* stage timing keeps the output layer apart */
+        for (int h = 0; h < s->n_hidden; h++) {
+            if (fuse_output && h == s->n_hidden - 1) {
+                OutFuse f;
+                f.jobs = (const OutputJob<float>*)s->out_jobs, f.partial = s->out_partial, f.scale = (float)scale;
+                f.with_forces = with_forces;
+                fin.out_partial = s->out_partial, fin.out_tiles = s->fwd_grid[h].x;
+                SkinnyGemm<real>::run_output(jobs + s->fwd_job0[h], s->fwd_grid[h], s->counters, stream, pdl, f);
+            } else
+                gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h],
+                                                s->fwd_aligned[h], s->counters, stream, pdl);
+        }
+        MARK();
+        if (!fuse_output)
+            launch_k(pdl, k_output<real>, dim3(s->max_rows, s->n_out_jobs), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream,
+                     (const OutputJob<real>*)s->out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
         MARK();
         if (with_forces) {
             for (int h = s->n_hidden - 1; h >= 1; h--)
@@ -2100,12 +2267,15 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                 findex = s->identity;
                 force_unit *= PLAIN_FIXED_EXTRA;
             }
+            finish_fused = s->bwd_slices > 1 && !profile; /* few atoms: the end of the evaluation in its first block */
             if (s->bwd_slices > 1)
-                launch_k(pdl, k_aev_backward<real, true>, dim3(n, s->bwd_slices), dim3(AEV_THREADS), s->bwd_shmem, stream, P,
-                         (const int*)s->row_atom, s->capacity, T, (const real*)s->daev, (int)A, findex, target, stride, force_unit);
+                launch_k(pdl, k_aev_backward<real, true>, dim3(n + finish_fused, s->bwd_slices), dim3(AEV_THREADS), s->bwd_shmem,
+                         stream, P, (const int*)s->row_atom, s->capacity, T, (const real*)s->daev, (int)A, findex, target, stride,
+                         force_unit, fin, (int)finish_fused);
             else
                 launch_k(pdl, k_aev_backward<real, false>, dim3(n), dim3(BWD_THREADS), s->bwd_shmem, stream, P,
-                         (const int*)s->row_atom, s->capacity, T, (const real*)s->daev, (int)A, findex, target, stride, force_unit);
+                         (const int*)s->row_atom, s->capacity, T, (const real*)s->daev, (int)A, findex, target, stride, force_unit,
+                         fin, 0);
             if (io->forces_format == NNP_FORCES_XYZ_DOUBLE)
                 launch_k(pdl, k_fixed_to_xyz, dim3((n + 127) / 128), dim3(128), 0, stream, (const unsigned long long*)s->fixed, n,
                          (double*)io->forces);
@@ -2113,12 +2283,9 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         }
     }
     while (profile && stage < NNP_CUDA_STAGES) MARK(); /* stages skipped (no atoms or no forces) take no time */
-    launch_k(pdl && n > 0, k_finish, dim3(1), dim3(FINISH_THREADS), 0, stream, (const double*)s->atom_energy,
-             (const double*)s->self_energy, (const int*)s->batch_start, (const int*)s->batch_atoms, s->n_batches, eunit,
-             s->batch_energy, io->energy, io->energy_is_double, s->total, s->flags);
+    if (!finish_fused) launch_k(pdl && n > 0, k_finish, dim3(1), dim3(FINISH_THREADS), 0, stream, fin);
     MARK();
 #undef MARK
-    cudaMemcpyAsync(s->host_flags, s->flags + 4, sizeof(int) * 4, cudaMemcpyDeviceToHost, stream);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
         return nnp_fail(NNP_ERR_CUDA, "launching the CUDA evaluation failed: %s", cudaGetErrorString(err));
@@ -2140,8 +2307,8 @@ static nnp_status capture_state(cudaStream_t stream, int* capturing) {
 /* Errors the device recorded in earlier evaluations (seen once their flags reached the host). */
 static nnp_status check_flags(nnp_plan* plan, nnp_cuda_state* s) {
     int f[4];
-    memcpy(f, s->host_flags, sizeof f);
-    memcpy(s->host_flags, FLAG_CLEAR, sizeof(int) * 4);
+    volatile int* host = s->host_flags; /* the GPU may be writing it */
+    for (int k = 0; k < 4; k++) f[k] = host[k], host[k] = FLAG_CLEAR[k];
     if (f[0] != 0x7fffffff)
         return nnp_fail(NNP_ERR_NONFINITE, "a coordinate of atom %d is not finite (NaN or infinite) in a recent CUDA evaluation",
                         f[0]);

@@ -142,6 +142,43 @@ static nnp_status eval_plain(nnp_plan* plan, cudaStream_t stream, double* d_pos,
 
 static int32_t last_classes; /* classes of the last comparison's CUDA layout */
 
+/* Energy alone (no forces: for one molecule the output layer then runs inside the last hidden
+   layer's forward, and the end of the evaluation is a kernel of its own), against the CPU. */
+static void compare_energy_only(nnp_model* model, const system_t* s) {
+    nnp_plan *cpu, *gpu;
+    CHECK_OK(nnp_plan_create(model, &cpu));
+    CHECK_OK(nnp_plan_create(model, &gpu));
+    CHECK_OK(nnp_plan_set_atoms(cpu, s->n, s->z, s->batch));
+    CHECK_OK(nnp_plan_set_atoms(gpu, s->n, s->z, s->batch));
+    double e_cpu, e_gpu = 0, *b_cpu = malloc(sizeof(double) * (s->n_batches + 1)), *b_gpu = malloc(sizeof(double) * (s->n_batches + 1));
+    CHECK_OK(nnp_evaluate_cpu(cpu, s->pos, NULL, &e_cpu, b_cpu, NULL));
+    double *d_pos, *d_energy;
+    CUDA_OK(cudaMalloc((void**)&d_pos, sizeof(double) * 3 * s->n));
+    CUDA_OK(cudaMalloc((void**)&d_energy, sizeof(double)));
+    CUDA_OK(cudaMemcpy(d_pos, s->pos, sizeof(double) * 3 * s->n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(d_energy, 0, sizeof(double)));
+    nnp_cuda_io io = {0};
+    io.positions = d_pos;
+    io.positions_format = NNP_POSITIONS_XYZ_DOUBLE;
+    io.forces_format = NNP_FORCES_NONE;
+    io.energy = d_energy;
+    io.energy_is_double = 1;
+    CHECK_OK(nnp_evaluate_cuda(gpu, &io));
+    CUDA_OK(cudaMemcpy(&e_gpu, d_energy, sizeof(double), cudaMemcpyDeviceToHost));
+    CHECK_OK(nnp_cuda_batch_energies(gpu, 0, b_gpu));
+    double worst = 0;
+    for (int b = 0; b < s->n_batches; b++)
+        if (b_cpu[b] != 0.0) worst = fmax(worst, fabs(b_gpu[b] - b_cpu[b]) / fabs(b_cpu[b]));
+    printf("%d atoms, energy only: CPU %.10f GPU %.10f (rel %.2e), worst batch rel %.2e\n", s->n, e_cpu, e_gpu,
+           fabs(e_gpu - e_cpu) / fabs(e_cpu), worst);
+    CHECK(fabs(e_gpu - e_cpu) <= 1e-5 * fabs(e_cpu));
+    CHECK(worst <= 1e-5);
+    free(b_cpu), free(b_gpu);
+    cudaFree(d_pos), cudaFree(d_energy);
+    nnp_plan_free(cpu);
+    nnp_plan_free(gpu);
+}
+
 static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member, nnp_precision precision, double etol,
                              double ftol) {
     nnp_plan* cpu;
@@ -382,6 +419,7 @@ int main(void) {
         compare_with_cpu(model, &s, 0, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         system_t one = make_large_system(1); /* the tensor-core few-rows GEMM and the split AEV backward */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        compare_energy_only(model, &one); /* the output layer inside the last forward, k_finish */
         free(one.z), free(one.batch), free(one.pos);
         system_t two = make_large_system(2); /* 17 to 32 rows of an element: the SIMT few-rows GEMM */
         compare_with_cpu(model, &two, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
@@ -399,6 +437,12 @@ int main(void) {
         compare_with_cpu(model, &one, 0, NNP_PRECISION_SINGLE, 1e-5, 1e-3); /* one member */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
         test_openmm_layout_and_capture(model, &one); /* a single batch, OpenMM's layout, in a graph */
+        compare_energy_only(model, &one);
+        /* The output layer as a launch of its own (k_output) instead of inside the last forward. */
+        setenv("NNP_CUDA_FUSE_OUTPUT", "0", 1);
+        compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        compare_energy_only(model, &one);
+        unsetenv("NNP_CUDA_FUSE_OUTPUT");
         free(one.z), free(one.batch), free(one.pos);
         system_t two = make_large_system(2); /* two: 18 hydrogens, the SIMT few-rows GEMM */
         compare_with_cpu(model, &two, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
