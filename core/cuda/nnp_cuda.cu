@@ -9,10 +9,12 @@
  *                 the same batch in index order (block-wide ballots), then its AEV
  *   layer 1       all members at once: [atoms of element e] × [members·width] GEMM
  *   layers 2..L-1 per (element, member) GEMM with bias and CELU
- *   output        per-atom energy (ensemble mean) and the first backward step
+ *   output        per-atom energy (ensemble mean) and the first backward step (one molecule:
+ *                 inside the last hidden layer's forward, see OutFuse)
  *   backward      GEMMs back to dE/dAEV (all members summed inside one GEMM)
  *   aev backward  forces, fixed-point atomic adds (order-independent, so deterministic)
- *   batch sums    one warp per batch, fixed order → per-batch energies; then the total
+ *   batch sums    one warp per batch, fixed order → per-batch energies; then the total, and the
+ *                 error flags into mapped host memory (few atoms: the AEV backward's first block)
  * Inside stream capture nothing is allocated, copied from the host, synchronised or loaded.
  */
 #include "../src/internal.h"
