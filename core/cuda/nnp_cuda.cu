@@ -325,10 +325,11 @@ __device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* 
     if (q0 + (int)threadIdx.x < q1) first = in.batch_entry[q0 + threadIdx.x];
     load_params(params, P);
     pdl_start();
+    const bool writer = blockIdx.y == 0; /* of an atom's slices (see k_aev), the one that writes the tables */
     int at_i;
     bool finite_i;
     const real4 ri = load_position<real>(in.positions, in.format, in.index_of, info.y, in.to_angstrom, &at_i, &finite_i);
-    if (threadIdx.x == 0) { /* every thread reads the atom's position (one broadcast load each), so no barrier waits for it */
+    if (threadIdx.x == 0 && writer) { /* every thread reads the atom's position (one broadcast load each), so no barrier waits for it */
         in.force_index[i] = at_i;
         if (!finite_i) atomicMin(&in.flags[0], i);
     }
@@ -348,7 +349,7 @@ __device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* 
                 min_image(dx, dy, dz, in.box);
                 d2 = dx * dx + dy * dy + dz * dz;
                 hit = d2 <= in.rc2;
-                if (hit && d2 == 0) atomicMax(&in.flags[2], 1); /* coincident atoms */
+                if (hit && d2 == 0 && writer) atomicMax(&in.flags[2], 1); /* coincident atoms */
             }
         }
         const int slot = block_rank(hit, s_scan, &found);
@@ -357,21 +358,81 @@ __device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* 
             v.x = dx, v.y = dy, v.z = dz, v.w = dsqrt(d2);
             a.vec[slot] = v;
             a.el[slot] = e.z;
-            in.T.vec[(size_t)i * capacity + slot] = v;
-            in.T.info[(size_t)i * capacity + slot] = make_int2(e.z, at_j);
+            if (writer) {
+                in.T.vec[(size_t)i * capacity + slot] = v;
+                in.T.info[(size_t)i * capacity + slot] = make_int2(e.z, at_j);
+            }
         }
     }
     a.nn = min(found, capacity);
-    if (threadIdx.x == 0 && found > capacity) atomicMax(&in.flags[1], found);
+    if (threadIdx.x == 0 && found > capacity && writer) atomicMax(&in.flags[1], found);
     __syncthreads();
     neighbor_tables<real>(a.nn, P.Rcr, P.Rca, a.vec, a.cut, a.ang, s_nang, s_scan);
     a.na = *s_nang;
-    /* the tables the backward pass reads instead of computing them again */
-    const size_t at = (size_t)i * capacity;
-    for (int q = threadIdx.x; q < a.nn; q += blockDim.x) in.T.cut[at + q] = a.cut[q];
-    for (int q = threadIdx.x; q < a.na; q += blockDim.x) in.T.ang[at + q] = a.ang[q];
-    if (threadIdx.x == 0) in.T.count[i] = make_int2(a.nn, a.na);
+    if (writer) { /* the tables the backward pass reads instead of computing them again */
+        const size_t at = (size_t)i * capacity;
+        for (int q = threadIdx.x; q < a.nn; q += blockDim.x) in.T.cut[at + q] = a.cut[q];
+        for (int q = threadIdx.x; q < a.na; q += blockDim.x) in.T.ang[at + q] = a.ang[q];
+        if (threadIdx.x == 0) in.T.count[i] = make_int2(a.nn, a.na);
+    }
     return a;
+}
+
+/* Angular features of few atoms, each atom over gridDim.y blocks (slices; see aev_slices): slice s
+   computes the terms of the outer indices o = s, s + S, ... (o: EtaA, Zeta and ShfA; the nShfZ terms of
+   one o are consecutive in each block of angular_sub features), so the slices write disjoint columns
+   and nothing is added across blocks. In a warp, lane (slot, sz) takes pair slot `slot` of
+   32 / nShfZ pairs and the term ShfZ[sz]: one power and one exponential per term and lane, every pair
+   of the warp at once. Each (warp, slot) adds into its own row of the dynamic shared memory
+   (rowlen = stored angular blocks × outer indices per slice × nShfZ, rows rowlen rounded up to 32 +
+   nShfZ apart), and the rows are then added in a fixed order: the same result on every run. */
+template <typename real>
+__device__ void aev_angular_sliced(const AevParams<real>& P, const AevAtom<real>& at, real* __restrict__ out, int rowlen) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+    const int nz = P.nShfZ, ps = 32 / nz, slot = lane / nz, sz = lane % nz;
+    const int S = gridDim.y, sl = blockIdx.y, n_outer = P.angular_sub / nz, max_ol = (n_outer + S - 1) / S;
+    const int rowstride = (rowlen + 31) / 32 * 32 + nz, rows = nwarps * ps;
+    const int na = at.na, n_pairs = na * (na - 1) / 2;
+    real* s_acc = (real*)at.rest;
+    for (int k = threadIdx.x; k < rows * rowstride; k += blockDim.x) s_acc[k] = 0;
+    __syncthreads();
+    const bool lane_in = slot < ps;
+    real* mine = s_acc + (warp * ps + (lane_in ? slot : 0)) * rowstride + sz;
+    const real cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz];
+    /* pair e = (p, p + 1 + rem) over the angular list, e = (iteration × nwarps + warp) × ps + slot */
+    const int step = nwarps * ps;
+    int e = warp * ps + slot, p = 0, rem = e;
+    while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
+    for (; e - slot < n_pairs; e += step) {
+        if (lane_in && e < n_pairs) {
+            const int ja = at.ang[p], ka = at.ang[p + 1 + rem];
+            const typename real4_of<real>::type u = at.vec[ja], v = at.vec[ka];
+            const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / fmax(u.w * v.w, (real)1e-10);
+            const real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct); /* cos θ, sin θ (θ = acos(0.95 c)) */
+            const real avg = (real)0.5 * (u.w + v.w), fc = (real)2 * at.cut[ja].z * at.cut[ka].z;
+            const real base = (real)0.5 * ((real)1 + ct * cosZ + st * sinZ);
+            const int col = P.angular_at[P.pair_index[at.el[ja] * NNP_MAX_ELEMENTS + at.el[ka]]];
+            if (col >= 0) { /* live by construction (see live_blocks) */
+                real* acc = mine + (col - P.angular0) / P.angular_sub * max_ol * nz;
+                for (int ol = 0, o = sl; o < n_outer; ol++, o += S) {
+                    const int sa = o % P.nShfA, z = (o / P.nShfA) % P.nZeta, ea = o / (P.nShfA * P.nZeta);
+                    const real x = avg - P.ShfA[sa];
+                    acc[ol * nz] += dpow(base, P.Zeta[z]) * dexp(-P.EtaA[ea] * x * x) * fc;
+                }
+            }
+        }
+        rem += step;
+        while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
+    }
+    __syncthreads();
+    const int blocks = rowlen / (max_ol * nz);
+    for (int f = threadIdx.x; f < rowlen; f += blockDim.x) {
+        const int b = f / (max_ol * nz), ol = f / nz % max_ol, t = f % nz, o = sl + S * ol;
+        if (o >= n_outer || b >= blocks) continue;
+        real sum = 0;
+        for (int r = 0; r < rows; r++) sum += s_acc[r * rowstride + f];
+        out[P.angular0 + b * P.angular_sub + o * nz + t] = sum;
+    }
 }
 
 /* AEVs, one block per atom (rows in element order), from the positions (see aev_search). acc_stride > 0 selects the pair-parallel
@@ -392,9 +453,9 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
        threads per atom, where one thread's walk over all neighbours would be the block's longest
        chain): one warp each, lane l over the neighbours l, l + 32, ..., the lanes' sums added by a
        fixed shuffle tree. Either way the order of every sum is fixed. */
-    if (blockDim.x == AEV_MAX_THREADS) {
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        for (int f = warp; f < P.radial_length; f += AEV_MAX_THREADS / 32) {
+    if (blockDim.x == AEV_MAX_THREADS || gridDim.y > 1) { /* (split over the atom's slices) */
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+        for (int f = blockIdx.y * nwarps + warp; f < P.radial_length; f += gridDim.y * nwarps) {
             const int sp = f / P.radial_sub, t = f % P.radial_sub;
             if (P.radial_at[sp] < 0) continue;
             const real eta = P.EtaR[t / P.nShfR], shf = P.ShfR[t % P.nShfR];
@@ -420,6 +481,10 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
             out[P.radial_at[sp] + t] = sum;
         }
     const int n_pairs = na * (na - 1) / 2;
+    if (gridDim.y > 1) {
+        aev_angular_sliced<real>(P, at, out, acc_stride);
+        return;
+    }
     if (acc_stride > 0) {
         /* Angular features, pair-parallel (acc_stride = element pairs × angular_sub, angular_sub <= 32):
            warp w of W takes the pairs w, w + W, ... in order, lane t the term t, and adds each term to
@@ -1229,9 +1294,11 @@ __global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<re
 /*
  * The end of an evaluation, in one block: per-batch energies (one warp per batch, atoms in batch
  * order, a fixed reduction tree), their total (fixed order) added to the caller's energy (float or
- * double), then the evaluation's flags written to the host's mapped copy and cleared. Run by
- * k_finish, or, for few atoms, by an extra first block of k_aev_backward (nothing there depends on
- * the forces, and one launch fewer is one dependency fewer in the step).
+ * double), then the evaluation's flags. Run by k_finish, or, for few atoms, by an extra first block
+ * of k_aev_backward (nothing there depends on the forces, and one launch fewer is one dependency
+ * fewer in the step). The flags go to the host's mapped copy only when one is raised: a write into
+ * host memory would make every step wait for it at the kernel's end, and a raised flag stays there
+ * until the host has read it (check_flags).
  */
 struct Finish {
     double* atom_energy;
@@ -1244,7 +1311,7 @@ struct Finish {
     int* flags;       /* device: NaN atom, overflow, same position (cleared here) */
     int* host_flags;  /* mapped pinned memory: what the host reads at its next evaluation */
     double unit;
-    int n_batches, energy_is_double;
+    int n_atoms, n_batches, energy_is_double;
     /* With the output layer fused (OutFuse; else out_partial is NULL): the atoms' energies are
        first added up here from its partial sums, per element (out_jobs) and row. */
     const OutputJob<float>* out_jobs;
@@ -1253,45 +1320,36 @@ struct Finish {
     double out_scale;
     int n_out_jobs, members, out_tiles; /* out_tiles: the fused launch's gridDim.x */
 };
-__device__ void finish_evaluation(const Finish& f) {
+#define FINISH_SMALL 256 /* up to this many atoms and fused output rows: finish_small */
+
+/* Energy of row `row` of fused output job o: the tiles' partial sums, then the members, in order. */
+__device__ __forceinline__ double fused_row_energy(const Finish& f, const OutputJob<float>& o, int job, int row) {
+    const int tiles = (o.width + GEMM_TILE - 1) / GEMM_TILE;
+    double e = 0;
+    for (int m0 = 0; m0 < f.members; m0 += 8) { /* 8 members' loads in flight at once */
+        float sum[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            sum[i] = 0.f;
+            if (m0 + i >= f.members) continue;
+            const float* p = f.out_partial + ((size_t)(job * f.members + m0 + i) * f.out_tiles) * 16 + row;
+#pragma unroll
+            for (int x = 0; x < 4; x++)
+                if (x < tiles) sum[i] += __ldcg(p + x * 16);
+            for (int x = 4; x < tiles; x++) sum[i] += __ldcg(p + x * 16);
+        }
+        for (int i = 0; i < 8 && m0 + i < f.members; i++) e += f.out_scale * ((double)sum[i] + (double)o.b_out[m0 + i]);
+    }
+    return e;
+}
+
+/* The total of the batch energies `batch` (global or shared memory, written before a barrier), the
+   caller's energy and the flags (thread 0). */
+__device__ void finish_total(const Finish& f, const double* batch) {
     __shared__ double s_warp[32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
-    if (f.out_partial != NULL) {
-        for (int q = threadIdx.x; q < f.n_out_jobs * 16; q += blockDim.x) {
-            const OutputJob<float>& o = f.out_jobs[q / 16];
-            const int row = q % 16, tiles = (o.width + GEMM_TILE - 1) / GEMM_TILE;
-            if (row >= o.rows) continue;
-            double e = 0;
-            for (int m0 = 0; m0 < f.members; m0 += 8) { /* 8 members' loads in flight at once */
-                float sum[8];
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    sum[i] = 0.f;
-                    if (m0 + i >= f.members) continue;
-                    const float* p = f.out_partial + ((size_t)(q / 16 * f.members + m0 + i) * f.out_tiles) * 16 + row;
-#pragma unroll
-                    for (int x = 0; x < 4; x++)
-                        if (x < tiles) sum[i] += __ldcg(p + x * 16);
-                    for (int x = 4; x < tiles; x++) sum[i] += __ldcg(p + x * 16);
-                }
-                for (int i = 0; i < 8 && m0 + i < f.members; i++) e += f.out_scale * ((double)sum[i] + (double)o.b_out[m0 + i]);
-            }
-            f.atom_energy[f.row_atom[o.row0 + row]] = e;
-        }
-        __syncthreads();
-    }
-    for (int b = warp; b < f.n_batches; b += nwarps) {
-        double sum = 0;
-        for (int q = f.batch_start[b] + lane; q < f.batch_start[b + 1]; q += 32) {
-            int a = f.batch_atoms[q];
-            sum += f.atom_energy[a] + f.self_energy[a];
-        }
-        for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
-        if (lane == 0) f.batch_energy[b] = sum * f.unit;
-    }
-    __syncthreads();
     double sum = 0;
-    for (int b = threadIdx.x; b < f.n_batches; b += blockDim.x) sum += f.batch_energy[b];
+    for (int b = threadIdx.x; b < f.n_batches; b += blockDim.x) sum += batch[b];
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
     if (lane == 0) s_warp[warp] = sum;
     __syncthreads();
@@ -1305,9 +1363,74 @@ __device__ void finish_evaluation(const Finish& f) {
         }
         int* flags = f.flags;
         volatile int* host = f.host_flags;
-        host[0] = flags[0], host[1] = flags[1], host[2] = flags[2], host[3] = !isfinite(total);
-        flags[0] = 0x7fffffff, flags[1] = 0, flags[2] = 0;
+        const int nan_atom = flags[0], overflow = flags[1], same = flags[2];
+        if (nan_atom != 0x7fffffff) host[0] = nan_atom, flags[0] = 0x7fffffff;
+        if (overflow != 0) host[1] = overflow, flags[1] = 0;
+        if (same != 0) host[2] = same, flags[2] = 0;
+        if (!isfinite(total)) host[3] = 1;
     }
+}
+
+/* Few atoms with the output layer fused (at most FINISH_SMALL atoms, and out_jobs × 16 rows at most
+   blockDim.x): the batch layout and each thread's row requested before the wait, the atoms' and
+   batches' energies kept in shared memory. The same sums in the same order as finish_evaluation's. */
+__device__ void finish_small(const Finish& f) {
+    __shared__ double s_e[FINISH_SMALL], s_batch[FINISH_SMALL]; /* atom energy + self energy; batch energies */
+    __shared__ int s_start[FINISH_SMALL + 1], s_atom[FINISH_SMALL];
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32, nwarps = blockDim.x / 32, job = t / 16, row = t % 16;
+    for (int b = t; b <= f.n_batches; b += blockDim.x) s_start[b] = f.batch_start[b];
+    for (int q = t; q < f.n_atoms; q += blockDim.x) s_atom[q] = f.batch_atoms[q];
+    OutputJob<float> o = {};
+    int atom = -1;
+    double self = 0;
+    if (job < f.n_out_jobs) {
+        o = f.out_jobs[job];
+        if (row < o.rows) atom = f.row_atom[o.row0 + row], self = f.self_energy[atom];
+    }
+    pdl_start();
+    if (atom >= 0) {
+        const double e = fused_row_energy(f, o, job, row);
+        f.atom_energy[atom] = e;
+        s_e[atom] = e + self;
+    }
+    __syncthreads();
+    for (int b = warp; b < f.n_batches; b += nwarps) {
+        double sum = 0;
+        for (int q = s_start[b] + lane; q < s_start[b + 1]; q += 32) sum += s_e[s_atom[q]];
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
+        if (lane == 0) f.batch_energy[b] = s_batch[b] = sum * f.unit;
+    }
+    __syncthreads();
+    finish_total(f, s_batch);
+}
+
+__device__ void finish_evaluation(const Finish& f) {
+    if (f.out_partial != NULL && f.n_atoms <= FINISH_SMALL && f.n_out_jobs * 16 <= min((int)blockDim.x, FINISH_SMALL)) {
+        finish_small(f);
+        return;
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+    pdl_start();
+    if (f.out_partial != NULL) {
+        for (int q = threadIdx.x; q < f.n_out_jobs * 16; q += blockDim.x) {
+            const OutputJob<float>& o = f.out_jobs[q / 16];
+            const int row = q % 16;
+            if (row >= o.rows) continue;
+            f.atom_energy[f.row_atom[o.row0 + row]] = fused_row_energy(f, o, q / 16, row);
+        }
+        __syncthreads();
+    }
+    for (int b = warp; b < f.n_batches; b += nwarps) {
+        double sum = 0;
+        for (int q = f.batch_start[b] + lane; q < f.batch_start[b + 1]; q += 32) {
+            int a = f.batch_atoms[q];
+            sum += f.atom_energy[a] + f.self_energy[a];
+        }
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
+        if (lane == 0) f.batch_energy[b] = sum * f.unit;
+    }
+    __syncthreads();
+    finish_total(f, f.batch_energy);
 }
 /* ------------------------------------------------------------------ AEV backward */
 
@@ -1328,8 +1451,8 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
     extern __shared__ unsigned char smem[];
     __shared__ AevParams<real> P;
     if (SPLIT && with_finish && blockIdx.x == 0) { /* the extra first block: the end of the evaluation (see Finish) */
-        pdl_start();
         if (blockIdx.y == 0) finish_evaluation(fin);
+        else pdl_start();
         return;
     }
     const int row = blockIdx.x - (SPLIT ? with_finish : 0), i = row_atom[row];
@@ -1483,8 +1606,7 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
 
 #define FINISH_THREADS 1024
 __global__ void __launch_bounds__(FINISH_THREADS) k_finish(const Finish f) {
-    pdl_start();
-    finish_evaluation(f);
+    finish_evaluation(f); /* waits for the earlier kernels */
 }
 
 /* Plain output: fixed-point [3][n] → n×3 doubles. The plan's own buffer uses 2^-48 steps
@@ -1570,9 +1692,9 @@ struct nnp_cuda_state {
     int aev_live, aev_angular0; /* stored AEV row length and first angular column (see aev_layout) */
     int n_classes, class_len[NNP_CUDA_MAX_CLASSES]; /* first-layer prefix of each class of batches */
     int class_rows[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES], class_row0[NNP_MAX_ELEMENTS][NNP_CUDA_MAX_CLASSES];
-    int aev_acc_stride, aev_threads, bwd_slices; /* AEV kernels' shapes (see k_aev, k_aev_backward) */
+    int aev_acc_stride, aev_threads, aev_slices, bwd_slices; /* AEV kernels' shapes (see k_aev, k_aev_backward) */
     size_t aev_shmem, bwd_shmem;
-    int* host_flags;     /* mapped pinned memory: flags of the latest evaluation, written by its last kernel */
+    int* host_flags;     /* mapped pinned memory: flags raised since check_flags last read them (see Finish) */
     int* host_flags_dev; /* the same, as the device sees it */
     /* stage timing (NNP_CUDA_PROFILE=1, evaluations outside capture only) */
     cudaEvent_t events[NNP_CUDA_STAGES + 1];
@@ -2097,6 +2219,19 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
             s->aev_threads = AEV_THREADS, acc = (size_t)(AEV_THREADS / 32) * stride * sizeof(real);
         s->aev_acc_stride = m->angular_sub <= 32 && base + acc + static_smem <= (size_t)optin ? stride : 0;
         s->aev_shmem = base + (s->aev_acc_stride > 0 ? acc : 0);
+        /* Few atoms: each atom's AEV over several blocks of AEV_THREADS (k_aev, aev_angular_sliced),
+           as many as the SMs allow up to the angular terms' outer count (NNP_CUDA_AEV_SLICES: tuning). */
+        s->aev_slices = 1;
+        const int nz = m->aev.nShfZ, n_outer = nz > 0 ? m->angular_sub / nz : 0;
+        if (n > 0 && nz > 0 && nz <= 32 && 32 % nz == 0 && m->angular_sub % nz == 0 && stride > 0) {
+            int S = min(n_outer, sms / n);
+            if (getenv("NNP_CUDA_AEV_SLICES")) S = max(1, min(n_outer, atoi(getenv("NNP_CUDA_AEV_SLICES"))));
+            const int max_ol = (n_outer + S - 1) / S, rowlen = stride / m->angular_sub * max_ol * nz;
+            const size_t rowstride = (size_t)(rowlen + 31) / 32 * 32 + nz;
+            const size_t acc_sliced = (size_t)(AEV_THREADS / 32) * (32 / nz) * rowstride * sizeof(real);
+            if (S >= 2 && base + acc_sliced + static_smem <= (size_t)optin)
+                s->aev_slices = S, s->aev_threads = AEV_THREADS, s->aev_acc_stride = rowlen, s->aev_shmem = base + acc_sliced;
+        }
         s->bwd_slices = m->angular_sub <= 32 && n > 0 ? min(16, (4 * sms) / n) : 1;
         if (getenv("NNP_CUDA_BWD_SLICES") && m->angular_sub <= 32) s->bwd_slices = max(1, min(64, atoi(getenv("NNP_CUDA_BWD_SLICES")))); /* tuning */
         if (s->bwd_slices < 2) s->bwd_slices = 1;
@@ -2209,7 +2344,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
     fin.atom_energy = s->atom_energy, fin.self_energy = s->self_energy;
     fin.batch_start = s->batch_start, fin.batch_atoms = s->batch_atoms, fin.batch_energy = s->batch_energy;
     fin.energy = io->energy, fin.total = s->total, fin.flags = s->flags, fin.host_flags = s->host_flags_dev;
-    fin.unit = eunit, fin.n_batches = s->n_batches, fin.energy_is_double = io->energy_is_double;
+    fin.unit = eunit, fin.n_atoms = n, fin.n_batches = s->n_batches, fin.energy_is_double = io->energy_is_double;
     fin.out_jobs = (const OutputJob<float>*)s->out_jobs, fin.out_partial = NULL, fin.row_atom = s->row_atom;
     fin.out_scale = 1.0 / M, fin.n_out_jobs = s->n_out_jobs, fin.members = M, fin.out_tiles = 0;
     bool finish_fused = false;
@@ -2228,7 +2363,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         T.count = s->count, T.vec = (real4*)s->nbr_vec, T.cut = (real4*)s->nbr_cut, T.info = s->nbr_info, T.ang = s->nbr_ang;
         in.force_index = s->force_index, in.T = T;
         in.flags = s->flags, in.box = box, in.to_angstrom = (real)to_angstrom, in.rc2 = (real)(m->aev.Rcr * m->aev.Rcr);
-        launch_k(pdl && io->sorted_particles, k_aev<real>, dim3(n), dim3(s->aev_threads), s->aev_shmem, stream, P, s->capacity, in,
+        launch_k(pdl && io->sorted_particles, k_aev<real>, dim3(n, s->aev_slices), dim3(s->aev_threads), s->aev_shmem, stream, P, s->capacity, in,
                  (real*)s->aev, (int)A, s->aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
@@ -2310,7 +2445,8 @@ static nnp_status capture_state(cudaStream_t stream, int* capturing) {
 static nnp_status check_flags(nnp_plan* plan, nnp_cuda_state* s) {
     int f[4];
     volatile int* host = s->host_flags; /* the GPU may be writing it */
-    for (int k = 0; k < 4; k++) f[k] = host[k], host[k] = FLAG_CLEAR[k];
+    for (int k = 0; k < 4; k++) /* read and cleared at once: the GPU writes a flag only when it is raised */
+        f[k] = __atomic_exchange_n((int*)&host[k], FLAG_CLEAR[k], __ATOMIC_ACQ_REL);
     if (f[0] != 0x7fffffff)
         return nnp_fail(NNP_ERR_NONFINITE, "a coordinate of atom %d is not finite (NaN or infinite) in a recent CUDA evaluation",
                         f[0]);
