@@ -1499,7 +1499,64 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
                 fsum[c] += f[c];
             }
         }
-    if (SPLIT) {
+    const int nz = P.nShfZ;
+    if (SPLIT && nz >= 3 && 32 % nz == 0 && P.angular_sub % nz == 0) {
+        /* Lane (slot, sz): pair slot `slot` of the warp's 32 / nShfZ pairs, the terms of ShfZ[sz] (one
+           power per Zeta, one exponential per outer index), then the sums over sz by a butterfly inside
+           the slot's lanes; lanes sz < 3 add component sz of the pair's forces. */
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+        const int ps = 32 / nz, slot = lane / nz, sz = lane % nz;
+        const real cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz];
+        const int n_pairs = na * (na - 1) / 2, step = slices * nwarps * ps;
+        double f_center = 0; /* lanes sz < 3: component sz of the central atom's angular part */
+        int e = (slice * nwarps + warp) * ps + slot, p = 0, rem = e;
+        while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
+        for (; e - slot < n_pairs; e += step) { /* warp-uniform: every lane takes part in the butterflies */
+            const bool valid = e < n_pairs;
+            const int ja = valid ? s_ang[p] : 0, ka = valid ? s_ang[p + 1 + rem] : 0;
+            const typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
+            const real dj = u.w, dk = v.w, denom = fmax(dj * dk, (real)1e-10);
+            const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
+            const real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct); /* cos θ, sin θ (θ = acos(0.95 c)) */
+            real s_theta = 0, s_dj = 0, s_dk = 0;
+            const int col = valid ? P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]] : -1;
+            if (col >= 0) { /* live by construction (see live_blocks) */
+                const real fj = s_cut[ja].z, fk = s_cut[ka].z, dfj = s_cut[ja].w, dfk = s_cut[ka].w, avg = (real)0.5 * (dj + dk);
+                const real base = (real)0.5 * ((real)1 + ct * cosZ + st * sinZ); /* ½(1 + cos(θ − ShfZ)) */
+                const real dbase = (real)-0.5 * (st * cosZ - ct * sinZ);       /* −½ sin(θ − ShfZ) */
+                const real* gz = g + col + sz;
+                for (int ea = 0, o = 0; ea < P.nEtaA; ea++)
+                    for (int z = 0; z < P.nZeta; z++) {
+                        const real zeta = P.Zeta[z], f1 = dpow(base, zeta);
+                        const real df1 = zeta * (base > (real)0 ? f1 / base : dpow(base, zeta - (real)1)) * dbase;
+                        for (int sa = 0; sa < P.nShfA; sa++, o++) {
+                            const real w = gz[o * nz], x = avg - P.ShfA[sa];
+                            const real f2 = dexp(-P.EtaA[ea] * x * x), df2 = f2 * ((real)-2 * P.EtaA[ea] * x) * (real)0.5;
+                            s_theta += w * (real)2 * df1 * f2 * fj * fk;
+                            s_dj += w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
+                            s_dk += w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
+                        }
+                    }
+            }
+            for (int off = nz / 2; off > 0; off >>= 1) {
+                s_theta += __shfl_xor_sync(0xffffffffu, s_theta, off);
+                s_dj += __shfl_xor_sync(0xffffffffu, s_dj, off);
+                s_dk += __shfl_xor_sync(0xffffffffu, s_dk, off);
+            }
+            if (valid && sz < 3) {
+                const real s_c = s_theta * ((real)-0.95 / st);
+                const real uk = sz == 0 ? u.x : sz == 1 ? u.y : u.z, vk = sz == 0 ? v.x : sz == 1 ? v.y : v.z;
+                const real dc_du = vk / denom - c * uk / (dj * dj), dc_dv = uk / denom - c * vk / (dk * dk);
+                const double gu = (double)(s_dj * uk / dj + s_c * dc_du), gv = (double)(s_dk * vk / dk + s_c * dc_dv);
+                add_fixed(&forces[s_fidx[ja] + sz * stride], -gu * unit);
+                add_fixed(&forces[s_fidx[ka] + sz * stride], -gv * unit);
+                f_center += gu + gv;
+            }
+            rem += step;
+            while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
+        }
+        if (sz < 3) fsum[0] += sz == 0 ? f_center : 0, fsum[1] += sz == 1 ? f_center : 0, fsum[2] += sz == 2 ? f_center : 0;
+    } else if (SPLIT) {
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
         const bool active = lane < P.angular_sub;
         const int t = active ? lane : 0;
