@@ -315,7 +315,7 @@ template <typename real> struct FrontIn {
  */
 template <typename real>
 __device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* __restrict__ params, AevParams<real>& P, int row,
-                                    int capacity, const FrontIn<real>& in, int* s_nang, int* s_scan) {
+                                    int capacity, const FrontIn<real>& in, int* s_nang, int* s_scan, bool writer) {
     typedef typename real4_of<real>::type real4;
     AevAtom<real> a = aev_smem<real>(smem, capacity);
     /* Constant: requested before the wait, the first chunk of the batch included. */
@@ -325,7 +325,6 @@ __device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* 
     if (q0 + (int)threadIdx.x < q1) first = in.batch_entry[q0 + threadIdx.x];
     load_params(params, P);
     pdl_start();
-    const bool writer = blockIdx.y == 0; /* of an atom's slices (see k_aev), the one that writes the tables */
     int at_i;
     bool finite_i;
     const real4 ri = load_position<real>(in.positions, in.format, in.index_of, info.y, in.to_angstrom, &at_i, &finite_i);
@@ -436,15 +435,18 @@ __device__ void aev_angular_sliced(const AevParams<real>& P, const AevAtom<real>
 }
 
 /* AEVs, one block per atom (rows in element order), from the positions (see aev_search). acc_stride > 0 selects the pair-parallel
-   angular path and is the length of each warp's accumulator row in the dynamic shared memory. */
-template <typename real>
+   angular path and is the length of each warp's accumulator row in the dynamic shared memory.
+   SLICED: each atom over gridDim.y blocks (aev_angular_sliced; acc_stride is its rowlen). A template
+   parameter, so that the one-block-per-atom kernel keeps its registers (and occupancy) for many atoms. */
+template <typename real, bool SLICED>
 __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* __restrict__ params, int capacity, const FrontIn<real> in,
                                                      real* __restrict__ aev, int ld, int acc_stride) {
     extern __shared__ unsigned char smem[];
     __shared__ int s_nang, s_scan[AEV_MAX_THREADS / 32];
     __shared__ AevParams<real> P;
     const int row = blockIdx.x;
-    const AevAtom<real> at = aev_search<real>(smem, params, P, row, capacity, in, &s_nang, s_scan);
+    /* of an atom's slices, the first writes the tables */
+    const AevAtom<real> at = aev_search<real>(smem, params, P, row, capacity, in, &s_nang, s_scan, !SLICED || blockIdx.y == 0);
     const typename real4_of<real>::type *s_vec = at.vec, *s_cut = at.cut;
     const int *s_el = at.el, *s_ang = at.ang, nn = at.nn, na = at.na;
     real* out = aev + (size_t)row * ld;
@@ -453,7 +455,7 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
        threads per atom, where one thread's walk over all neighbours would be the block's longest
        chain): one warp each, lane l over the neighbours l, l + 32, ..., the lanes' sums added by a
        fixed shuffle tree. Either way the order of every sum is fixed. */
-    if (blockDim.x == AEV_MAX_THREADS || gridDim.y > 1) { /* (split over the atom's slices) */
+    if (blockDim.x == AEV_MAX_THREADS || SLICED) { /* (split over the atom's slices) */
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
         for (int f = blockIdx.y * nwarps + warp; f < P.radial_length; f += gridDim.y * nwarps) {
             const int sp = f / P.radial_sub, t = f % P.radial_sub;
@@ -481,7 +483,7 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
             out[P.radial_at[sp] + t] = sum;
         }
     const int n_pairs = na * (na - 1) / 2;
-    if (gridDim.y > 1) {
+    if (SLICED) {
         aev_angular_sliced<real>(P, at, out, acc_stride);
         return;
     }
@@ -1832,7 +1834,8 @@ void SkinnyGemm<float>::preload() {
 
 template <typename real> static void preload(const nnp_cuda_state* s) {
     configure_kernel(k_inverse_order, 256, 0);
-    configure_kernel(k_aev<real>, s->aev_threads, s->aev_shmem);
+    configure_kernel(k_aev<real, false>, s->aev_threads, s->aev_shmem);
+    configure_kernel(k_aev<real, true>, s->aev_threads, s->aev_shmem);
     configure_kernel(k_gemm<real, true, EPI_BIAS_CELU>, 256, 0);
     configure_kernel(k_gemm<real, false, EPI_DERIV>, 256, 0);
     configure_kernel(k_gemm<real, false, EPI_NONE>, 256, 0);
@@ -2424,7 +2427,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         T.count = s->count, T.vec = (real4*)s->nbr_vec, T.cut = (real4*)s->nbr_cut, T.info = s->nbr_info, T.ang = s->nbr_ang;
         in.force_index = s->force_index, in.T = T;
         in.flags = s->flags, in.box = box, in.to_angstrom = (real)to_angstrom, in.rc2 = (real)(m->aev.Rcr * m->aev.Rcr);
-        launch_k(pdl && io->sorted_particles, k_aev<real>, dim3(n, s->aev_slices), dim3(s->aev_threads), s->aev_shmem, stream, P, s->capacity, in,
+        launch_k(pdl && io->sorted_particles, s->aev_slices > 1 ? k_aev<real, true> : k_aev<real, false>, dim3(n, s->aev_slices), dim3(s->aev_threads), s->aev_shmem, stream, P, s->capacity, in,
                  (real*)s->aev, (int)A, s->aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
