@@ -1442,8 +1442,8 @@ __device__ void finish_evaluation(const Finish& f) {
  * `unit` per Hartree/Å; fixed point makes the sums independent of the order of the additions, and
  * each contribution is formed the same way on every run, so the result is deterministic.
  * Radial: one thread per neighbour. Angular: one thread per pair doing its terms in order; or, with
- * SPLIT (few atoms, where one block per atom would leave most of the GPU idle; needs angular_sub <=
- * 32), one warp per pair and lane per term, the three derivative sums added by a butterfly.
+ * SPLIT (few atoms, where one block per atom would leave most of the GPU idle; needs lanes_over_shfz),
+ * 32 / nShfZ pairs per warp and the lanes over ShfZ, the three derivative sums added by a butterfly.
  */
 template <typename real, bool SPLIT>
 __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
@@ -1501,8 +1501,8 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
                 fsum[c] += f[c];
             }
         }
-    const int nz = P.nShfZ;
-    if (SPLIT && nz >= 3 && 32 % nz == 0 && P.angular_sub % nz == 0) {
+    if (SPLIT) { /* (the host splits only where lanes_over_shfz) */
+        const int nz = P.nShfZ;
         /* Lane (slot, sz): pair slot `slot` of the warp's 32 / nShfZ pairs, the terms of ShfZ[sz] (one
            power per Zeta, one exponential per outer index), then the sums over sz by a butterfly inside
            the slot's lanes; lanes sz < 3 add component sz of the pair's forces. */
@@ -1558,57 +1558,6 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
             while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
         }
         if (sz < 3) fsum[0] += sz == 0 ? f_center : 0, fsum[1] += sz == 1 ? f_center : 0, fsum[2] += sz == 2 ? f_center : 0;
-    } else if (SPLIT) {
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
-        const bool active = lane < P.angular_sub;
-        const int t = active ? lane : 0;
-        const int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
-                  ea = t / (P.nShfZ * P.nShfA * P.nZeta);
-        const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz];
-        const int n_pairs = na * (na - 1) / 2, step = slices * nwarps, first = slice * nwarps + warp;
-        double f_center = 0; /* lane k < 3: component k of the central atom's angular part */
-        int p = 0, rem = first;
-        while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
-        for (int e = first; e < n_pairs; e += step) {
-            const int ja = s_ang[p], ka = s_ang[p + 1 + rem];
-            const typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
-            const real dj = u.w, dk = v.w, denom = fmax(dj * dk, (real)1e-10);
-            const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
-            const real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct); /* cos θ, sin θ (θ = acos(0.95 c)) */
-            const real fj = s_cut[ja].z, fk = s_cut[ka].z, dfj = s_cut[ja].w, dfk = s_cut[ka].w;
-            real s_theta = 0, s_dj = 0, s_dk = 0;
-            if (active) {
-                const int col = P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]];
-                const real w = col >= 0 ? g[col + t] : (real)0; /* live by construction (see live_blocks) */
-                const real x = (real)0.5 * (dj + dk) - shfA;
-                const real f2 = dexp(-etaA * x * x), df2 = f2 * ((real)-2 * etaA * x) * (real)0.5;
-                const real base = (real)0.5 * ((real)1 + ct * cosZ + st * sinZ); /* ½(1 + cos(θ − ShfZ)) */
-                const real f1 = dpow(base, zeta);
-                const real df1 = zeta * (base > (real)0 ? f1 / base : dpow(base, zeta - (real)1)) *
-                                 ((real)-0.5 * (st * cosZ - ct * sinZ)); /* −½ sin(θ − ShfZ) */
-                s_theta = w * (real)2 * df1 * f2 * fj * fk;
-                s_dj = w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
-                s_dk = w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
-            }
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                s_theta += __shfl_xor_sync(0xffffffffu, s_theta, off);
-                s_dj += __shfl_xor_sync(0xffffffffu, s_dj, off);
-                s_dk += __shfl_xor_sync(0xffffffffu, s_dk, off);
-            }
-            if (lane < 3) {
-                const real s_c = s_theta * ((real)-0.95 / st);
-                const real uk = lane == 0 ? u.x : lane == 1 ? u.y : u.z, vk = lane == 0 ? v.x : lane == 1 ? v.y : v.z;
-                const real dc_du = vk / denom - c * uk / (dj * dj), dc_dv = uk / denom - c * vk / (dk * dk);
-                const double gu = (double)(s_dj * uk / dj + s_c * dc_du), gv = (double)(s_dk * vk / dk + s_c * dc_dv);
-                add_fixed(&forces[s_fidx[ja] + lane * stride], -gu * unit);
-                add_fixed(&forces[s_fidx[ka] + lane * stride], -gv * unit);
-                f_center += gu + gv;
-            }
-            rem += step;
-            while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
-        }
-        if (lane < 3) fsum[0] += lane == 0 ? f_center : 0, fsum[1] += lane == 1 ? f_center : 0, fsum[2] += lane == 2 ? f_center : 0;
     } else {
         int n_pairs = na * (na - 1) / 2;
         for (int pq = threadIdx.x; pq < n_pairs; pq += blockDim.x) { /* one thread per pair: its 32 terms in order */
@@ -1761,7 +1710,7 @@ struct nnp_cuda_state {
     double stage_us[NNP_CUDA_STAGES];
 };
 
-static const int FLAG_CLEAR[8] = {0x7fffffff, 0, 0, 0, 0x7fffffff, 0, 0, 0};
+static const int FLAG_CLEAR[4] = {0x7fffffff, 0, 0, 0}; /* NaN atom (min), overflow (max), same position, non-finite energy */
 
 static void free_state(nnp_cuda_state* s) {
     if (s == NULL) return;
@@ -2009,6 +1958,14 @@ static AevParams<real> aev_params(const nnp_model* m, const int* radial_at, cons
 
 
 /* Builds every buffer for the plan's current atoms, member, units and precision (outside capture). */
+/* Whether the few-atom AEV kernels can put the ShfZ terms on lanes (aev_angular_sliced and the split
+   k_aev_backward): nShfZ a divisor of 32 (at least 3: lanes 0-2 of each pair add the force
+   components) and of angular_sub. ANI-1x and ANI-2x have 8 and 4. */
+static bool lanes_over_shfz(const nnp_model* m) {
+    const int nz = m->aev.nShfZ;
+    return nz >= 3 && nz <= 32 && 32 % nz == 0 && m->angular_sub % nz == 0;
+}
+
 template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_state* s, int n_particles) {
     const nnp_model* m = plan->model;
     int n = plan->n_atoms, E = m->n_elements;
@@ -2123,7 +2080,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     TRY_ALLOC(s->nbr_info, sizeof(int2) * n * cap);
     TRY_ALLOC(s->nbr_ang, sizeof(int) * n * cap);
     TRY_ALLOC(s->nbr_cut, 4 * rs * n * cap);
-    TRY_ALLOC(s->flags, sizeof(int) * 8);
+    TRY_ALLOC(s->flags, sizeof(FLAG_CLEAR));
     TRY_ALLOC(s->nbr_vec, 4 * rs * n * cap);
     TRY_ALLOC(s->aev, rs * n * A);
     TRY_ALLOC(s->daev, rs * n * A);
@@ -2137,7 +2094,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     TRY_ALLOC(s->batch_energy, sizeof(double) * (plan->n_batches + 1));
     TRY_ALLOC(s->total, sizeof(double));
     TRY_ALLOC(s->fixed, sizeof(unsigned long long) * 3 * n);
-    if (st == NNP_OK && (cudaHostAlloc((void**)&s->host_flags, sizeof(int) * 4, cudaHostAllocMapped) != cudaSuccess ||
+    if (st == NNP_OK && (cudaHostAlloc((void**)&s->host_flags, sizeof(FLAG_CLEAR), cudaHostAllocMapped) != cudaSuccess ||
                          cudaHostGetDevicePointer((void**)&s->host_flags_dev, s->host_flags, 0) != cudaSuccess))
         st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate mapped pinned host memory");
     /* GEMM job tables: forward h (h = 0: per element, all members stacked; h >= 1: per element and
@@ -2284,8 +2241,8 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
            within 2 per SM (measured on the H200 for 22 atoms: 2, 4, 6, 8 slices took 62.3, 59.3,
            58.8, 57.7 us per step). NNP_CUDA_AEV_SLICES: tuning. */
         s->aev_slices = 1;
-        const int nz = m->aev.nShfZ, n_outer = nz > 0 ? m->angular_sub / nz : 0;
-        if (n > 0 && nz > 0 && nz <= 32 && 32 % nz == 0 && m->angular_sub % nz == 0 && stride > 0) {
+        const int nz = m->aev.nShfZ, n_outer = lanes_over_shfz(m) ? m->angular_sub / nz : 0;
+        if (n > 0 && n_outer > 0 && stride > 0) {
             int S = 1;
             for (int d = 2; d <= n_outer; d++)
                 if (n_outer % d == 0 && (long long)n * d <= 2LL * sms) S = d;
@@ -2296,8 +2253,8 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
             if (S >= 2 && base + acc_sliced + static_smem <= (size_t)optin)
                 s->aev_slices = S, s->aev_threads = AEV_THREADS, s->aev_acc_stride = rowlen, s->aev_shmem = base + acc_sliced;
         }
-        s->bwd_slices = m->angular_sub <= 32 && n > 0 ? min(16, (4 * sms) / n) : 1;
-        if (getenv("NNP_CUDA_BWD_SLICES") && m->angular_sub <= 32) s->bwd_slices = max(1, min(64, atoi(getenv("NNP_CUDA_BWD_SLICES")))); /* tuning */
+        s->bwd_slices = lanes_over_shfz(m) && n > 0 ? min(16, (4 * sms) / n) : 1;
+        if (getenv("NNP_CUDA_BWD_SLICES") && lanes_over_shfz(m)) s->bwd_slices = max(1, min(64, atoi(getenv("NNP_CUDA_BWD_SLICES")))); /* tuning */
         if (s->bwd_slices < 2) s->bwd_slices = 1;
         /* + the neighbours' force places, and the dE/dAEV row when split (see aev_atom) */
         s->bwd_shmem = base + align16((size_t)s->capacity * sizeof(int)) + (s->bwd_slices > 1 ? (size_t)s->aev_live * sizeof(real) : 0);
@@ -2363,7 +2320,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
 #undef UPLOAD
         if (err == cudaSuccess) err = cudaMemset(s->batch_energy, 0, sizeof(double) * (plan->n_batches + 1));
         if (err != cudaSuccess) st = nnp_fail(NNP_ERR_CUDA, "uploading the plan to the GPU failed: %s", cudaGetErrorString(err));
-        else memcpy(s->host_flags, FLAG_CLEAR, sizeof(int) * 4);
+        else memcpy(s->host_flags, FLAG_CLEAR, sizeof(FLAG_CLEAR));
     }
 #undef TRY_ALLOC
     free(row_atom), free(self), free(particle), free(identity), free(w), free(jobs), free(live_feature), free(batch_class);
@@ -2410,7 +2367,8 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
     fin.energy = io->energy, fin.total = s->total, fin.flags = s->flags, fin.host_flags = s->host_flags_dev;
     fin.unit = eunit, fin.n_atoms = n, fin.n_batches = s->n_batches, fin.energy_is_double = io->energy_is_double;
     fin.out_jobs = (const OutputJob<float>*)s->out_jobs, fin.out_partial = NULL, fin.row_atom = s->row_atom;
-    fin.out_scale = 1.0 / M, fin.n_out_jobs = s->n_out_jobs, fin.members = M, fin.out_tiles = 0;
+    const double scale = 1.0 / M; /* the ensemble mean */
+    fin.out_scale = scale, fin.n_out_jobs = s->n_out_jobs, fin.members = M, fin.out_tiles = 0;
     bool finish_fused = false;
     if (n > 0 && with_forces && io->forces_format != NNP_FORCES_FIXED_POINT)
         cudaMemsetAsync(s->fixed, 0, sizeof(unsigned long long) * 3 * n, stream);
@@ -2431,7 +2389,6 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                  (real*)s->aev, (int)A, s->aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
-        const double scale = 1.0 / M;
         const bool fuse_output = s->fuse_output && !profile; /* stage timing keeps the output layer apart */
         for (int h = 0; h < s->n_hidden; h++) {
             if (fuse_output && h == s->n_hidden - 1) {

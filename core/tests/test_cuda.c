@@ -408,6 +408,32 @@ static void test_overflow(nnp_model* model) {
     nnp_plan_free(plan);
 }
 
+/* Two atoms of one molecule at the same position (the AEV split over blocks per atom): reported at
+   the next look, then cleared, so that the next evaluation with good positions passes. */
+static void test_coincident(nnp_model* model) {
+    system_t one = make_large_system(1);
+    const int n = one.n;
+    nnp_plan* plan;
+    CHECK_OK(nnp_plan_create(model, &plan));
+    CHECK_OK(nnp_plan_set_atoms(plan, n, one.z, one.batch));
+    double *d_pos, *d_f, *d_e, e, be;
+    double* f = malloc(sizeof(double) * 3 * n);
+    double* pos = malloc(sizeof(double) * 3 * n);
+    for (int k = 0; k < 3 * n; k++) pos[k] = one.pos[k];
+    for (int c = 0; c < 3; c++) pos[3 + c] = pos[c]; /* atom 1 onto atom 0 */
+    CUDA_OK(cudaMalloc((void**)&d_pos, sizeof(double) * 3 * n));
+    CUDA_OK(cudaMalloc((void**)&d_f, sizeof(double) * 3 * n));
+    CUDA_OK(cudaMalloc((void**)&d_e, sizeof(double)));
+    CUDA_OK(cudaMemcpy(d_pos, pos, sizeof(double) * 3 * n, cudaMemcpyHostToDevice));
+    CHECK_FAILS(eval_plain(plan, 0, d_pos, d_f, d_e, f, &e, &be), NNP_ERR_INVALID_ARGUMENT, "same position");
+    CUDA_OK(cudaMemcpy(d_pos, one.pos, sizeof(double) * 3 * n, cudaMemcpyHostToDevice));
+    CHECK_OK(eval_plain(plan, 0, d_pos, d_f, d_e, f, &e, &be));
+    CHECK(isfinite(e) && isfinite(be));
+    cudaFree(d_pos), cudaFree(d_f), cudaFree(d_e);
+    free(f), free(pos), free(one.z), free(one.batch), free(one.pos);
+    nnp_plan_free(plan);
+}
+
 int main(void) {
     if (!nnp_cuda_available()) {
         printf("test_cuda: skipped: %s\n", "no CUDA device (or libnnp built without CUDA)");
@@ -432,7 +458,7 @@ int main(void) {
     compare_with_cpu(model, &s, 3, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
     compare_with_cpu(model, &s, -1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
     {
-        system_t one = make_large_system(1); /* one molecule: tensor-core few-rows GEMM (float32), AEV backward over several blocks per atom */
+        system_t one = make_large_system(1); /* one molecule: tensor-core few-rows GEMM (float32), AEV and AEV backward over several blocks per atom */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         compare_with_cpu(model, &one, 0, NNP_PRECISION_SINGLE, 1e-5, 1e-3); /* one member */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
@@ -443,6 +469,11 @@ int main(void) {
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         compare_energy_only(model, &one);
         unsetenv("NNP_CUDA_FUSE_OUTPUT");
+        /* Each atom's AEV in one block of 1,024 threads instead of over several blocks (k_aev's
+           slices; the default for one molecule). */
+        setenv("NNP_CUDA_AEV_SLICES", "1", 1);
+        compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        unsetenv("NNP_CUDA_AEV_SLICES");
         free(one.z), free(one.batch), free(one.pos);
         system_t two = make_large_system(2); /* two: 18 hydrogens, the SIMT few-rows GEMM */
         compare_with_cpu(model, &two, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
@@ -478,6 +509,7 @@ int main(void) {
     }
     test_openmm_layout_and_capture(model, &s);
     test_overflow(model);
+    test_coincident(model);
     free(s.z), free(s.batch), free(s.pos);
     nnp_model_free(model);
     return test_finish("test_cuda");
