@@ -1373,8 +1373,8 @@ __device__ void finish_total(const Finish& f, const double* batch) {
     }
 }
 
-/* Few atoms with the output layer fused (at most FINISH_SMALL atoms, and out_jobs × 16 rows at most
-   blockDim.x): the batch layout and each thread's row requested before the wait, the atoms' and
+/* Few atoms with the output layer fused (at most FINISH_SMALL atoms and batches, empty ones
+   included, and out_jobs × 16 rows at most blockDim.x): the batch layout and each thread's row requested before the wait, the atoms' and
    batches' energies kept in shared memory. The same sums in the same order as finish_evaluation's. */
 __device__ void finish_small(const Finish& f) {
     __shared__ double s_e[FINISH_SMALL], s_batch[FINISH_SMALL]; /* atom energy + self energy; batch energies */
@@ -1407,7 +1407,8 @@ __device__ void finish_small(const Finish& f) {
 }
 
 __device__ void finish_evaluation(const Finish& f) {
-    if (f.out_partial != NULL && f.n_atoms <= FINISH_SMALL && f.n_out_jobs * 16 <= min((int)blockDim.x, FINISH_SMALL)) {
+    if (f.out_partial != NULL && f.n_atoms <= FINISH_SMALL && f.n_batches <= FINISH_SMALL &&
+        f.n_out_jobs * 16 <= min((int)blockDim.x, FINISH_SMALL)) {
         finish_small(f);
         return;
     }

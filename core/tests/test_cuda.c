@@ -474,6 +474,12 @@ int main(void) {
         setenv("NNP_CUDA_AEV_SLICES", "1", 1);
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         unsetenv("NNP_CUDA_AEV_SLICES");
+        /* The molecule as batch 300 of 301 (300 empty): more batches than the end of the
+           evaluation keeps in shared memory for one molecule. */
+        for (int32_t a = 0; a < one.n; a++) one.batch[a] = 300;
+        one.n_batches = 301;
+        compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        compare_energy_only(model, &one);
         free(one.z), free(one.batch), free(one.pos);
         system_t two = make_large_system(2); /* two: 18 hydrogens, the SIMT few-rows GEMM */
         compare_with_cpu(model, &two, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
