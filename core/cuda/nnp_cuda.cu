@@ -1958,7 +1958,6 @@ static AevParams<real> aev_params(const nnp_model* m, const int* radial_at, cons
 }
 
 
-/* Builds every buffer for the plan's current atoms, member, units and precision (outside capture). */
 /* Whether the few-atom AEV kernels can put the ShfZ terms on lanes (aev_angular_sliced and the split
    k_aev_backward): nShfZ a divisor of 32 (at least 3: lanes 0-2 of each pair add the force
    components) and of angular_sub. ANI-1x and ANI-2x have 8 and 4. */
@@ -1967,6 +1966,7 @@ static bool lanes_over_shfz(const nnp_model* m) {
     return nz >= 3 && nz <= 32 && 32 % nz == 0 && m->angular_sub % nz == 0;
 }
 
+/* Builds every buffer for the plan's current atoms, member, units and precision (outside capture). */
 template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_state* s, int n_particles) {
     const nnp_model* m = plan->model;
     int n = plan->n_atoms, E = m->n_elements;
