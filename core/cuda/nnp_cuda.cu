@@ -89,7 +89,9 @@ __device__ __forceinline__ void add_fixed(unsigned long long* target, double val
  * an evaluation may start while the one before it finishes. pdl_wait() returns once the previous
  * kernel has completed and its writes are visible; each kernel calls it before reading anything an
  * earlier kernel of the evaluation wrote (it may read constant data, such as weights and job
- * tables, before). Every kernel waits, so the completion of one implies that of all before it.
+ * tables, before). Every kernel waits, so the completion of one implies that of all before it;
+ * and every kernel waits before it triggers, so a kernel that runs may read, before its own wait,
+ * what the kernels before its predecessor wrote (the AEV backward reads k_aev's tables so).
  * pdl_trigger() lets the next kernel launch once every block of this one has called it. Both are
  * no-ops for kernels launched without the attribute and on older GPUs.
  */
@@ -263,20 +265,32 @@ template <typename real> struct NbrTables {
 };
 __host__ __device__ static inline size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
+/* The last backward GEMM's split-K parts left in its workspace (few rows): row r of dE/dAEV is, per
+   column c < n, the sum in part order of partial[at + p·stride + local·n + c], p < parts, where
+   rows[r] = (at, stride, n, local); columns from n on are zero (outside the row's class prefix).
+   The same sums in the same order as splitk_fixup's, one dependent launch step fewer. */
+template <typename real> struct DeferredSum {
+    const int4* rows; /* NULL: dE/dAEV is in its buffer */
+    const real* partial;
+    int parts;
+};
+
 /* The backward kernel's start: atom i's neighbour tables as k_aev left them, the neighbours' places
    in the force buffer in `rest`, and with stage_g the atom's row of dE/dAEV (g_row, A values) after
-   them (otherwise *g stays g_row). */
+   them (otherwise *g stays g_row), from its buffer or added from the split-K parts (defer). */
 template <typename real>
 __device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __restrict__ params, AevParams<real>& P, int i,
                                   int capacity, const NbrTables<real> T, const real* __restrict__ g_row, int A, bool stage_g,
-                                  const real** g, const int** fidx) {
+                                  const DeferredSum<real>& defer, int row, const real** g, const int** fidx) {
     AevAtom<real> a = aev_smem<real>(smem, capacity);
     int* s_fidx = (int*)a.rest;
     real* s_g = (real*)((unsigned char*)a.rest + align16((size_t)capacity * sizeof(int)));
     load_params(params, P); /* constant: before the wait */
-    pdl_start();
-    if (stage_g)
-        for (int k = threadIdx.x; k < A; k += blockDim.x) s_g[k] = g_row[k];
+    /* Split over blocks (few atoms), the tables too: k_aev wrote them several launches earlier, and
+       every kernel of the evaluation waits for its predecessor before it lets its dependents start
+       (pdl_start), so k_aev has completed by the time this block runs. Only dE/dAEV (the previous
+       launch's) needs the wait. One block per atom (many atoms) waits first, as before. */
+    if (!stage_g) pdl_start();
     const int2 c = T.count[i];
     a.nn = c.x, a.na = c.y;
     const size_t at = (size_t)i * capacity;
@@ -287,6 +301,27 @@ __device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __
         a.el[q] = info.x, s_fidx[q] = info.y;
     }
     for (int q = threadIdx.x; q < a.na; q += blockDim.x) a.ang[q] = T.ang[at + q];
+    const int4 d = stage_g && defer.rows != NULL ? defer.rows[row] : make_int4(0, 0, 0, 0);
+    if (stage_g) pdl_start();
+    if (stage_g && defer.rows != NULL) {
+        const real* src = defer.partial + d.x + (size_t)d.w * d.z;
+        for (int k = threadIdx.x; k < A; k += blockDim.x) {
+            real v = 0;
+            if (k < d.z) {
+                int p = 0;
+                for (; p + 8 <= defer.parts; p += 8) { /* 8 loads in flight, added in part order */
+                    real t[8];
+#pragma unroll
+                    for (int q = 0; q < 8; q++) t[q] = __ldcg(src + (size_t)(p + q) * d.y + k);
+#pragma unroll
+                    for (int q = 0; q < 8; q++) v += t[q];
+                }
+                for (; p < defer.parts; p++) v += __ldcg(src + (size_t)p * d.y + k);
+            }
+            s_g[k] = v;
+        }
+    } else if (stage_g)
+        for (int k = threadIdx.x; k < A; k += blockDim.x) s_g[k] = g_row[k];
     __syncthreads();
     *g = stage_g ? s_g : g_row;
     *fidx = s_fidx;
@@ -635,11 +670,12 @@ __device__ __forceinline__ void few_rows_put(const GemmJob<float>& job, int kspl
     else job.C[(size_t)r * job.ldc + gcol] = epilogue<float>(EPI, job, r, gcol, v);
 }
 template <int EPI> __device__ __forceinline__ void few_rows_fixup(const GemmJob<float>& job, int ksplit, int col0, int* counter) {
-    if (ksplit > 1) splitk_fixup<float, EPI>(job, ksplit, 0, job.m, col0, GEMM_TILE, counter);
+    if (ksplit > 1 && counter != NULL) splitk_fixup<float, EPI>(job, ksplit, 0, job.m, col0, GEMM_TILE, counter);
 }
-/* The split-K tile counter of block (x, z) of a few-rows launch. */
+/* The split-K tile counter of block (x, z) of a few-rows launch. No counters (NULL): the parts' sums
+   stay in the workspace, for the next kernel to add (the AEV backward: see DeferredSum). */
 __device__ __forceinline__ int* tile_counter(int* counters, int ksplit) {
-    return counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x;
+    return counters == NULL ? NULL : counters + (size_t)(blockIdx.z / ksplit) * gridDim.x + blockIdx.x;
 }
 
 /* Split-K (small row counts, where one block per tile would walk a long k loop alone): block z
@@ -1450,7 +1486,8 @@ template <typename real, bool SPLIT>
 __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
                                                               const NbrTables<real> T, const real* __restrict__ daev, int ld,
                                                               const int* __restrict__ force_index, unsigned long long* __restrict__ forces,
-                                                              long long stride, double unit, const Finish fin, int with_finish) {
+                                                              long long stride, double unit, const Finish fin, int with_finish,
+                                                              const DeferredSum<real> defer) {
     extern __shared__ unsigned char smem[];
     __shared__ AevParams<real> P;
     if (SPLIT && with_finish && blockIdx.x == 0) { /* the extra first block: the end of the evaluation (see Finish) */
@@ -1461,7 +1498,7 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
     const int row = blockIdx.x - (SPLIT ? with_finish : 0), i = row_atom[row];
     const real* g;      /* this atom's dE/dAEV (in shared memory when split over blocks, each reading all of it) */
     const int* s_fidx;  /* each neighbour's place in the force buffer */
-    const AevAtom<real> at = aev_atom<real>(smem, params, P, i, capacity, T, daev + (size_t)row * ld, ld, SPLIT, &g, &s_fidx);
+    const AevAtom<real> at = aev_atom<real>(smem, params, P, i, capacity, T, daev + (size_t)row * ld, ld, SPLIT, defer, row, &g, &s_fidx);
     const typename real4_of<real>::type *s_vec = at.vec, *s_cut = at.cut;
     const int *s_el = at.el, *s_ang = at.ang, nn = at.nn, na = at.na;
     const int fi = force_index[i], slice = SPLIT ? blockIdx.y : 0, slices = SPLIT ? gridDim.y : 1;
@@ -1681,6 +1718,8 @@ struct nnp_cuda_state {
     float* out_partial; /* OutFuse::partial */
     int *identity, *batch_start, *batch_atoms, *row_atom, *index_of, *force_index, *nbr_ang, *flags;
     int4 *row_info, *batch_entry; /* k_aev's search tables (FrontIn) */
+    int4* defer_rows;             /* DeferredSum's rows, where bwd_defer */
+    int bwd_defer;                /* the last backward GEMM's split-K parts added by the AEV backward */
     int2 *count, *nbr_info; /* neighbour tables (NbrTables) */
     void *nbr_vec, *nbr_cut, *aev, *daev, *weights;
     void* Y[NNP_MAX_LAYERS];
@@ -1717,7 +1756,7 @@ static void free_state(nnp_cuda_state* s) {
     if (s == NULL) return;
     CUcontext previous = NULL;
     int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
-    void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->row_info, s->batch_entry, s->identity, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
+    void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->row_info, s->batch_entry, s->defer_rows, s->identity, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
                     s->force_index, s->count, s->nbr_info, s->nbr_ang, s->nbr_cut, s->flags, s->nbr_vec, s->aev, s->daev, s->weights,
                     s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs, s->out_partial};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
@@ -2262,6 +2301,19 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     }
     for (size_t j = 0; st == NNP_OK && j < nj; j++)
         if (partial_at[j] != (size_t)-1) jobs[j].partial = (real*)s->partial + partial_at[j];
+    /* The last backward GEMM's split-K parts added by the split AEV backward itself (DeferredSum)
+       where that GEMM runs on the few-rows kernels (NNP_CUDA_DEFER=0: added by the GEMM's last
+       block per tile, as for the other layers). */
+    s->bwd_defer = sizeof(real) == 4 && s->bwd_slices > 1 && s->bwd_ksplit[0] > 1 && s->bwd_m[0] <= SKINNY_M && skinny_enabled() &&
+                   !(getenv("NNP_CUDA_DEFER") && atoi(getenv("NNP_CUDA_DEFER")) == 0);
+    int4* defer_rows = s->bwd_defer ? (int4*)calloc((size_t)n + 1, sizeof(int4)) : NULL;
+    if (s->bwd_defer && defer_rows == NULL) st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate the deferred split-K table");
+    for (int j = 0; defer_rows != NULL && j < s->bwd_jobs[0]; j++) {
+        const GemmJob<real>& g = jobs[s->bwd_job0[0] + j];
+        const size_t row0 = (size_t)(g.C - (real*)s->daev) / A;
+        for (int r = 0; r < g.m; r++) defer_rows[row0 + r] = make_int4((int)partial_at[s->bwd_job0[0] + j], g.m * g.n, g.n, r);
+    }
+    TRY_ALLOC(s->defer_rows, sizeof(int4) * (s->bwd_defer ? n : 1));
     free(partial_at);
     TRY_ALLOC(s->jobs, sizeof(GemmJob<real>) * (nj + 1));
     TRY_ALLOC(s->aev_params, sizeof(AevParams<real>));
@@ -2306,6 +2358,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
             batch_entry[q] = make_int4(j, particle[j], plan->elements[j], 0);
         }
         UPLOAD(s->row_info, row_info, sizeof(int4) * n);
+        if (defer_rows != NULL) UPLOAD(s->defer_rows, defer_rows, sizeof(int4) * n);
         UPLOAD(s->batch_entry, batch_entry, sizeof(int4) * n);
         free(row_info), free(batch_entry);
         UPLOAD(s->identity, identity, sizeof(int) * n);
@@ -2410,7 +2463,8 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         if (with_forces) {
             for (int h = s->n_hidden - 1; h >= 1; h--)
                 gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->bwd_aligned[h], s->counters, stream, pdl);
-            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->bwd_aligned[0], s->counters, stream, pdl);
+            gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->bwd_aligned[0],
+                                        s->bwd_defer ? NULL : s->counters, stream, pdl); /* no counters: DeferredSum */
             MARK();
             unsigned long long* target;
             const int* findex;
@@ -2427,14 +2481,15 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                 force_unit *= PLAIN_FIXED_EXTRA;
             }
             finish_fused = s->bwd_slices > 1 && !profile; /* few atoms: the end of the evaluation in its first block */
+            const DeferredSum<real> defer = {s->bwd_defer ? s->defer_rows : NULL, (const real*)s->partial, s->bwd_ksplit[0]};
             if (s->bwd_slices > 1)
                 launch_k(pdl, k_aev_backward<real, true>, dim3(n + finish_fused, s->bwd_slices), dim3(AEV_THREADS), s->bwd_shmem,
                          stream, P, (const int*)s->row_atom, s->capacity, T, (const real*)s->daev, (int)A, findex, target, stride,
-                         force_unit, fin, (int)finish_fused);
+                         force_unit, fin, (int)finish_fused, defer);
             else
                 launch_k(pdl, k_aev_backward<real, false>, dim3(n), dim3(BWD_THREADS), s->bwd_shmem, stream, P,
                          (const int*)s->row_atom, s->capacity, T, (const real*)s->daev, (int)A, findex, target, stride, force_unit,
-                         fin, 0);
+                         fin, 0, DeferredSum<real>{NULL, NULL, 0});
             if (io->forces_format == NNP_FORCES_XYZ_DOUBLE)
                 launch_k(pdl, k_fixed_to_xyz, dim3((n + 127) / 128), dim3(128), 0, stream, (const unsigned long long*)s->fixed, n,
                          (double*)io->forces);

@@ -227,6 +227,34 @@ static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member
 
 /* OpenMM's conventions: float4 positions in a permuted ("reordered") layout with an index array,
    fixed-point forces with a stride, float energy; then graph capture and replay. */
+/* The same evaluation with the tuning variable `name` set to `value` and unset: bit-identical where
+   the variable only changes which kernel adds the same terms in the same order. */
+static void compare_bitwise_with_env(nnp_model* model, const system_t* s, const char* name, const char* value) {
+    double e[2], *f[2], *b[2];
+    double *d_pos, *d_forces, *d_energy;
+    CUDA_OK(cudaMalloc((void**)&d_pos, sizeof(double) * 3 * s->n));
+    CUDA_OK(cudaMalloc((void**)&d_forces, sizeof(double) * 3 * s->n));
+    CUDA_OK(cudaMalloc((void**)&d_energy, sizeof(double)));
+    CUDA_OK(cudaMemcpy(d_pos, s->pos, sizeof(double) * 3 * s->n, cudaMemcpyHostToDevice));
+    for (int m = 0; m < 2; m++) {
+        f[m] = malloc(sizeof(double) * 3 * s->n), b[m] = malloc(sizeof(double) * (s->n_batches + 1));
+        if (m == 1) setenv(name, value, 1);
+        nnp_plan* gpu;
+        CHECK_OK(nnp_plan_create(model, &gpu));
+        CHECK_OK(nnp_plan_set_atoms(gpu, s->n, s->z, s->batch));
+        CHECK_OK(eval_plain(gpu, 0, d_pos, d_forces, d_energy, f[m], &e[m], b[m]));
+        nnp_plan_free(gpu);
+        unsetenv(name);
+    }
+    const int same = e[1] == e[0] && memcmp(f[1], f[0], sizeof(double) * 3 * s->n) == 0 && memcmp(b[1], b[0], sizeof(double) * s->n_batches) == 0;
+    printf("%d atoms, %s=%s: energy %.10f, default %.10f: %s\n", s->n, name, value, e[1], e[0], same ? "bit-identical" : "DIFFERENT");
+    CHECK(same);
+    for (int m = 0; m < 2; m++) free(f[m]), free(b[m]);
+    CUDA_OK(cudaFree(d_pos));
+    CUDA_OK(cudaFree(d_forces));
+    CUDA_OK(cudaFree(d_energy));
+}
+
 static void test_openmm_layout_and_capture(nnp_model* model, const system_t* s) {
     int n = s->n, stride = n + 13;
     int32_t* sorted = malloc(sizeof(int32_t) * n); /* position index → particle */
@@ -474,6 +502,13 @@ int main(void) {
         setenv("NNP_CUDA_AEV_SLICES", "1", 1);
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         unsetenv("NNP_CUDA_AEV_SLICES");
+        /* The last backward GEMM's split-K parts added by its own last blocks instead of by the
+           AEV backward (DeferredSum, the default for one molecule): the same sums in the same
+           order, so bit-identical. */
+        setenv("NNP_CUDA_DEFER", "0", 1);
+        compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        unsetenv("NNP_CUDA_DEFER");
+        compare_bitwise_with_env(model, &one, "NNP_CUDA_DEFER", "0");
         /* The molecule as batch 300 of 301 (300 empty): more batches than the end of the
            evaluation keeps in shared memory for one molecule. */
         for (int32_t a = 0; a < one.n; a++) one.batch[a] = 300;
