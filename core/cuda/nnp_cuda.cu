@@ -2378,6 +2378,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     }
 #undef TRY_ALLOC
     free(row_atom), free(self), free(particle), free(identity), free(w), free(jobs), free(live_feature), free(batch_class);
+    free(defer_rows);
     if (st == NNP_OK) preload<real>(s);
     return st;
 }
