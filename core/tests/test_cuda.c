@@ -225,8 +225,6 @@ static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member
     nnp_plan_free(gpu);
 }
 
-/* OpenMM's conventions: float4 positions in a permuted ("reordered") layout with an index array,
-   fixed-point forces with a stride, float energy; then graph capture and replay. */
 /* The same evaluation with the tuning variable `name` set to `value` and unset: bit-identical where
    the variable only changes which kernel adds the same terms in the same order. */
 static void compare_bitwise_with_env(nnp_model* model, const system_t* s, const char* name, const char* value) {
@@ -255,6 +253,8 @@ static void compare_bitwise_with_env(nnp_model* model, const system_t* s, const 
     CUDA_OK(cudaFree(d_energy));
 }
 
+/* OpenMM's conventions: float4 positions in a permuted ("reordered") layout with an index array,
+   fixed-point forces with a stride, float energy; then graph capture and replay. */
 static void test_openmm_layout_and_capture(nnp_model* model, const system_t* s) {
     int n = s->n, stride = n + 13;
     int32_t* sorted = malloc(sizeof(int32_t) * n); /* position index → particle */
