@@ -3,7 +3,7 @@
 # (made by scripts/gpu-pack.sh on a development machine): openmm-libs.tar.xz (OpenMM 8.6.1's
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to $OUT (or .device/out).
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-integrators|integrators|show|bench|bench-integrators|profile|kernels|marginal]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-integrators|integrators|show|bench|bench-integrators|profile|kernels|stalls|marginal]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -87,6 +87,31 @@ PY
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
       "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
     echo "ncu: exit $?"; grep -E "^  [a-z_]+.*\(|Duration|Elapsed Cycles|SM Frequency|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp Per|No Eligible|Stall|Local|Hit Rate|Memory Throughput|Mem Busy|Max Bandwidth" "$out/ncu.txt" | head -n "${PROFILE_LINES:-80}" ;;
+  stalls)
+    # Nsight Compute: what the warps of one molecule's evaluation wait on, per launch (cycles per
+    # issued instruction, by stall reason, top 7), with each launch's time and instruction count.
+    # STALL_KERNELS (regex), STALL_SKIP and STALL_COUNT (matching launches; 7 = one evaluation).
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 250 ncu --clock-control none --cache-control none \
+      --kernel-name regex:"${STALL_KERNELS:-k_gemm_mma|k_aev}" --launch-skip "${STALL_SKIP:-80}" --launch-count "${STALL_COUNT:-7}" --csv \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,gpu__time_duration.sum,smsp__inst_executed.sum" \
+      "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/stalls.csv" 2> "$out/stalls.err"
+    echo "ncu stalls: exit $?"
+    python3 - "$out/stalls.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: sys.exit("  no kernel rows")
+h = rows[0]; I, K, N, V = h.index("ID"), h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Value")
+per = collections.OrderedDict()
+for r in rows[1:]:
+    per.setdefault((r[I], r[K][:40]), {})[r[N]] = r[V].replace(",", "")
+for (i, k), m in per.items():
+    st = {n.replace("smsp__average_warps_issue_stalled_", "").replace("_per_issue_active.ratio", ""): float(v)
+          for n, v in m.items() if "stalled" in n}
+    top = sorted(st.items(), key=lambda x: -x[1])[:7]
+    print(f"{i:>4} {k:40s} {m.get('gpu__time_duration.sum', '?'):>7} ns, {m.get('smsp__inst_executed.sum', '?'):>8} instructions | "
+          + ", ".join(f"{a} {b:.2f}" for a, b in top))
+PY
+    ;;
   kernels)
     # Per-kernel GPU times (Nsight Compute, gpu__time_duration) of bench_nnp at each of BENCH_SIZES
     # (default 1): KERNEL_COUNT launches after KERNEL_SKIP, averaged by kernel name.
