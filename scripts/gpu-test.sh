@@ -3,7 +3,7 @@
 # (made by scripts/gpu-pack.sh on a development machine): openmm-libs.tar.xz (OpenMM 8.6.1's
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to $OUT (or .device/out).
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-integrators|integrators|show|bench|bench-integrators|profile|kernels|stalls|marginal]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-integrators|integrators|show|bench|bench-integrators|profile|kernels|stalls|marginal|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -87,6 +87,32 @@ PY
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
       "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
     echo "ncu: exit $?"; grep -E "^  [a-z_]+.*\(|Duration|Elapsed Cycles|SM Frequency|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp Per|No Eligible|Stall|Local|Hit Rate|Memory Throughput|Mem Busy|Max Bandwidth" "$out/ncu.txt" | head -n "${PROFILE_LINES:-80}" ;;
+  ab)
+    # Variants compared in one call: this tree ("current") and, for each "name:file" of AB, a copy
+    # with the patch file applied ("name:-file": reversed). Each is built (in parallel) and checked
+    # by test_cuda, then bench_nnp runs at BENCH_SIZES (default "1 837") for each in turn,
+    # AB_ROUNDS times (default 2), so that the variants share the machine's state.
+    names=(current); dirs=("$root")
+    for spec in ${AB:-}; do
+      name="${spec%%:*}"; pf="${spec#*:}"; rev=""; [ "${pf#-}" != "$pf" ] && { rev=-R; pf="${pf#-}"; }
+      dir="/tmp/ab-$name"; rm -rf "$dir"; mkdir -p "$dir"
+      (cd "$root" && tar cf - --exclude=./build-gpu .) | tar xf - -C "$dir"
+      if (cd "$dir" && patch -s $rev -p1 < "$root/$pf"); then names+=("$name"); dirs+=("$dir"); else echo "ab: $pf does not apply; $name left out"; fi
+    done
+    for i in "${!dirs[@]}"; do
+      [ "$i" = 0 ] && [ -x "$root/build-gpu/bench/bench_nnp" ] && continue
+      OUT="/tmp/ab-out-$i" "${dirs[$i]}/scripts/gpu-test.sh" build > "/tmp/ab-build-$i.log" 2>&1 &
+    done
+    wait
+    for i in "${!dirs[@]}"; do
+      echo "ab ${names[$i]}: $("${dirs[$i]}/build-gpu/core/tests/test_cuda" 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
+    done
+    for r in $(seq "${AB_ROUNDS:-2}"); do
+      for i in "${!dirs[@]}"; do
+        echo "== ${names[$i]} (round $r)"
+        OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "${dirs[$i]}/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-1 837} 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ \|" || true
+      done
+    done ;;
   stalls)
     # Nsight Compute: what the warps of one molecule's evaluation wait on, per launch (cycles per
     # issued instruction, by stall reason, top 7), with each launch's time and instruction count.
