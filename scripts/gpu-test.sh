@@ -105,10 +105,14 @@ PY
     done
     wait
     for i in "${!dirs[@]}"; do
+      if [ ! -x "${dirs[$i]}/build-gpu/bench/bench_nnp" ]; then
+        echo "ab ${names[$i]}: build failed ($(grep -m 1 -E "error:" "/tmp/ab-build-$i.log"); log /tmp/ab-build-$i.log)"; continue
+      fi
       echo "ab ${names[$i]}: $("${dirs[$i]}/build-gpu/core/tests/test_cuda" 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
     done
     for r in $(seq "${AB_ROUNDS:-2}"); do
       for i in "${!dirs[@]}"; do
+        [ -x "${dirs[$i]}/build-gpu/bench/bench_nnp" ] || continue
         echo "== ${names[$i]} (round $r)"
         OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "${dirs[$i]}/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-1 837} 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ \|" || true
       done
