@@ -20,6 +20,7 @@
 #include "../src/internal.h"
 
 #include <cuda.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -606,6 +607,11 @@ template <typename real> struct GemmJob {
     int m, n, k, lda, ldb, ldc, ldaux;
     real* partial; /* split-K: ksplit × m × n partial sums, added in order by splitk_fixup */
     int group, member; /* the last hidden layer's forward: output job (element) and ensemble member */
+    /* k_gemm_mma (float32, few rows): op(B) split into FP16 pairs and scaled (see MmaWeights): per
+       column n, ldq uint4 of 4 k each; wscale = 1 / the scale */
+    const uint4* B16;
+    int ldq;
+    float wscale;
 };
 
 template <typename real> __device__ __forceinline__ real epilogue(int epi, const GemmJob<real>& job, int gr, int gc, real v) {
@@ -1064,6 +1070,7 @@ struct OutFuse {
    Measured on the H200 at one molecule: 55.1 -> 52.9 us per graph-replayed step (2026-11-30);
    two lanes per k (8 rows each), which removes the last 2-way conflict, measured the same. */
 #define MMA_AROW 36
+#define MMA_STEPS (MMA_K / 16) /* m16n8k16 steps per stage */
 __device__ __forceinline__ unsigned tf32_of(float x) {
     unsigned r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
@@ -1073,6 +1080,25 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], unsigned a0, unsigned a1
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+/* (a, b) as FP16 pairs: hi = (a, b) rounded, lo = the rest rounded (a in the low halves). */
+__host__ __device__ inline void fp16_split(float a, float b, unsigned& hi, unsigned& lo) {
+    const __half2 h = __floats2half2_rn(a, b);
+    const float2 f = __half22float2(h);
+    const __half2 l = __floats2half2_rn(a - f.x, b - f.y);
+    memcpy(&hi, &h, sizeof hi), memcpy(&lo, &l, sizeof lo);
+}
+/* The power of two that brings magnitudes up to mx below 2^14 (1 for 0, NaN or infinity). */
+__host__ __device__ inline float fp16_scale(float mx) {
+    if (!(mx > 0.f) || isinf(mx)) return 1.f;
+    int e;
+    frexpf(mx, &e); /* mx < 2^e */
+    return ldexpf(1.f, min(127, max(-126, 14 - e)));
 }
 /* EPI_OUT's end of a k_gemm_mma tile (see OutFuse): acc as in mma_tile; w and b: the output weight
    and the bias of this lane's two columns; delta: the element's first backward step. */
@@ -1110,14 +1136,16 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
                                          uint4 (*Alo)[MMA_AROW], const OutFuse& fuse, Ready ready) {
     const int part = kp.part, kbegin = kp.kbegin, kend = kp.kend;
     const int m = job.m;
-    /* The k order inside each 16-k pair of mma steps: lane tq's two k of the first step are 4tq and
-       4tq+1, of the second 4tq+2 and 4tq+3 (the same pairing for A and B, so the products are the
-       same); its 4 weights of a pair of steps are then consecutive (one float4 along k for TRANS_B).
-       The activation fragments are staged in that order: per step, per lane, (a0, a1, a2, a3) =
-       rows (g, g+8) × its 2 k, as TF32 high and low parts, one 16-byte read each. */
+    /* m16n8k16 in FP16 with float32 sums, each operand as a high and a low FP16 part (x = hi + lo,
+       the same 11 + 11 bits as a TF32 pair): a·b = hi·hi + (hi·lo + lo·hi), both operands scaled by
+       powers of two into FP16's range and the sums scaled back. The k order inside each 16-k step:
+       lane tq's k are 4tq .. 4tq+3, the first two in its registers of k 2tq, 2tq+1 and the last two
+       in those of 2tq+8, 2tq+9 (the same for A and B, so the products are the same); its 4 weights
+       of a step are one uint4 (MmaWeights). The activation fragments are staged in that order: per
+       step, per lane, (a0, a1, a2, a3) = rows (g, g+8) × its two k pairs, high and low parts, one
+       16-byte read each. */
     const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
     const int n = col0 + warp * 8 + g; /* this lane's weight column */
-    const bool vec = TRANS_B && ((size_t)job.B % 16 == 0) && job.ldb % 4 == 0; /* kbegin is a multiple of 16 */
     float acc[4][4];
     float out_w[2] = {0.f, 0.f}, out_b[2] = {0.f, 0.f}; /* EPI_OUT: see mma_output */
     OutputJob<float> o = {};
@@ -1134,63 +1162,80 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[a][c] = 0.f;
     if (kbegin >= kend) ready(); /* an empty part still waits before it writes */
+    float scale = 1.f; /* the staged activations' power-of-two scale (see below) */
     for (int s0 = kbegin; s0 < kend; s0 += MMA_K) {
         const int s1 = min(kend, s0 + MMA_K), width = (s1 - s0 + 15) / 16 * 16;
-        /* this lane's weights B(k, n), k = s0 + 16·d + 4·tq + i, every pair of steps d, requested now */
-        float4 bv[MMA_K / 16];
+        /* this lane's weights of every 16-k step d, split and scaled when the plan was made (see
+           MmaWeights): one 16-byte load each, requested now */
+        uint4 bv[MMA_STEPS];
 #pragma unroll
-        for (int d = 0; d < MMA_K / 16; d++) {
+        for (int d = 0; d < MMA_STEPS; d++) {
             const int k = s0 + 16 * d + 4 * tq;
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (n < job.n && k < s1) {
-                if (TRANS_B) {
-                    const float* src = job.B + (size_t)n * job.ldb + k;
-                    if (vec && k + 4 <= s1) v = __ldg((const float4*)src);
-                    else {
-                        v.x = __ldg(src);
-                        if (k + 1 < s1) v.y = __ldg(src + 1);
-                        if (k + 2 < s1) v.z = __ldg(src + 2);
-                        if (k + 3 < s1) v.w = __ldg(src + 3);
-                    }
-                } else {
-                    const float* src = job.B + (size_t)k * job.ldb + n;
-                    v.x = __ldg(src);
-                    if (k + 1 < s1) v.y = __ldg(src + job.ldb);
-                    if (k + 2 < s1) v.z = __ldg(src + 2 * (size_t)job.ldb);
-                    if (k + 3 < s1) v.w = __ldg(src + 3 * (size_t)job.ldb);
-                }
-            }
-            bv[d] = v;
+            bv[d] = n < job.n && k < s1 ? __ldg(job.B16 + (size_t)n * job.ldq + k / 4) : make_uint4(0u, 0u, 0u, 0u);
         }
         if (s0 == kbegin) ready(); /* the weights above are constant; the activations are not */
         else __syncthreads();           /* the previous stage's reads are done */
-        if (t < width) { /* thread t stages k = s0 + t of the 16 rows (width <= MMA_K = blockDim) */
-            const int q = t % 16, step = t / 16 * 2 + (q % 4) / 2, lane0 = q / 4, slot0 = 2 * (q % 2);
-            unsigned* hi_at = (unsigned*)&Ahi[step][0] + slot0;
-            unsigned* lo_at = (unsigned*)&Alo[step][0] + slot0;
-            const bool in = s0 + t < s1;
-            const float* src = job.A + s0 + t;
+        /* Thread t stages the k pair s0 + 2·(t mod 128) + {0, 1} of rows 8·(t / 128) + i, i < 8. */
+        const int kp = t % 128, h = t / 128, k0 = s0 + 2 * kp;
+        float2 x[8];
+        float mx = 0.f;
 #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const float x = in && r < m ? __ldcg(src + (size_t)r * job.lda) : 0.f; /* L2 only: read once */
-                const unsigned hi = tf32_of(x), lo = tf32_of(x - __uint_as_float(hi));
-                const int at = ((r % 8) * 4 + lane0) * 4 + r / 8; /* lane (r mod 8, q/4), slot a0/a1 (+2: a2/a3) */
-                hi_at[at] = hi, lo_at[at] = lo;
+        for (int i = 0; i < 8; i++) {
+            const int r = 8 * h + i;
+            const float* src = job.A + (size_t)r * job.lda + k0;
+            x[i].x = r < m && k0 < s1 ? __ldcg(src) : 0.f; /* L2 only: read once */
+            x[i].y = r < m && k0 + 1 < s1 ? __ldcg(src + 1) : 0.f;
+            mx = fmaxf(mx, fmaxf(fabsf(x[i].x), fabsf(x[i].y)));
+        }
+        /* One power-of-two scale for the block's staged rows, so that their largest magnitude is
+           below 2^14: FP16's range then holds the high parts and, down to 2^-17 of the largest, the
+           low parts as normal numbers (smaller values keep an absolute error below 2^-38 of it). */
+        {
+            __shared__ float s_mx[8];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            if (lane == 0) s_mx[warp] = mx;
+            __syncthreads();
+            mx = s_mx[0];
+#pragma unroll
+            for (int w = 1; w < 8; w++) mx = fmaxf(mx, s_mx[w]);
+        }
+        const float previous = scale;
+        scale = fp16_scale(mx);
+        if (s0 != kbegin) /* the sums so far to the new scale (powers of two: exact) */
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[a][c] *= scale / previous;
+        if (2 * kp < width) {
+            /* pair p of 16-k step kp / 8 belongs to lane (r mod 8, p / 2), register 2·(p mod 2) + r / 8 */
+            const int step = kp / 8, p = kp % 8;
+            unsigned* hi_at = (unsigned*)&Ahi[step][0] + (p / 2) * 4 + 2 * (p % 2) + h;
+            unsigned* lo_at = (unsigned*)&Alo[step][0] + (p / 2) * 4 + 2 * (p % 2) + h;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                unsigned hi, lo;
+                fp16_split(x[i].x * scale, x[i].y * scale, hi, lo);
+                hi_at[16 * i] = hi, lo_at[16 * i] = lo; /* lane (i, p / 2): 16 words per row */
             }
         }
         __syncthreads();
 #pragma unroll
-        for (int step = 0; step < MMA_K / 8; step++) {
-            if (16 * (step / 2) >= width) break;
-            const uint4 ah = Ahi[step][lane], al = Alo[step][lane];
-            const float b0 = step % 2 ? bv[step / 2].z : bv[step / 2].x, b1 = step % 2 ? bv[step / 2].w : bv[step / 2].y;
-            const unsigned bh0 = tf32_of(b0), bh1 = tf32_of(b1);
-            const unsigned bl0 = tf32_of(b0 - __uint_as_float(bh0)), bl1 = tf32_of(b1 - __uint_as_float(bh1));
+        for (int step = 0; step < MMA_STEPS; step++) {
+            if (16 * step >= width) break;
+            const uint4 ah = Ahi[step][lane], al = Alo[step][lane], b = bv[step];
             float(&mixed)[4] = acc[2 * (step & 1)], (&high)[4] = acc[2 * (step & 1) + 1];
-            mma_tf32(mixed, al.x, al.y, al.z, al.w, bh0, bh1);
-            mma_tf32(mixed, ah.x, ah.y, ah.z, ah.w, bl0, bl1);
-            mma_tf32(high, ah.x, ah.y, ah.z, ah.w, bh0, bh1);
+            mma_f16(mixed, al.x, al.y, al.z, al.w, b.x, b.y);
+            mma_f16(mixed, ah.x, ah.y, ah.z, ah.w, b.z, b.w);
+            mma_f16(high, ah.x, ah.y, ah.z, ah.w, b.x, b.y);
         }
+    }
+    {
+        const float unscale = job.wscale / scale; /* back to the operands' units (powers of two) */
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[a][c] *= unscale;
     }
     if constexpr (EPI == EPI_OUT) {
         mma_output(job, col0, acc, out_w, out_b, o, fuse);
@@ -1207,9 +1252,9 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
 }
 
 template <bool TRANS_B, int EPI>
-__global__ void __launch_bounds__(256) k_gemm_mma(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters,
+__global__ void __launch_bounds__(256, 2) k_gemm_mma(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters,
                                                        const OutFuse fuse) {
-    __shared__ uint4 Ahi[MMA_K / 8][MMA_AROW], Alo[MMA_K / 8][MMA_AROW];
+    __shared__ uint4 Ahi[MMA_STEPS][MMA_AROW], Alo[MMA_STEPS][MMA_AROW];
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
     const int col0 = blockIdx.x * GEMM_TILE;
     if (col0 >= job.n) {
@@ -1733,6 +1778,7 @@ struct nnp_cuda_state {
     double *atom_energy, *self_energy, *batch_energy, *total;
     unsigned long long* fixed;
     void* jobs; /* GEMM job tables */
+    void* w16;  /* k_gemm_mma's weights as FP16 pairs (see MmaWeights) */
     int fwd_jobs[NNP_MAX_LAYERS], bwd_jobs[NNP_MAX_LAYERS];
     size_t fwd_job0[NNP_MAX_LAYERS], bwd_job0[NNP_MAX_LAYERS];
     dim3 fwd_grid[NNP_MAX_LAYERS], bwd_grid[NNP_MAX_LAYERS];
@@ -1764,7 +1810,7 @@ static void free_state(nnp_cuda_state* s) {
     int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
     void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->row_info, s->batch_entry, s->defer_rows, s->identity, s->batch_start, s->batch_atoms, s->row_atom, s->index_of,
                     s->force_index, s->count, s->nbr_info, s->nbr_ang, s->nbr_cut, s->flags, s->nbr_vec, s->aev, s->daev, s->weights,
-                    s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs, s->out_partial};
+                    s->atom_energy, s->self_energy, s->batch_energy, s->total, s->fixed, s->jobs, s->out_partial, s->w16};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
     for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
     if (s->host_flags) cudaFreeHost(s->host_flags);
@@ -2321,6 +2367,52 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     }
     TRY_ALLOC(s->defer_rows, sizeof(int4) * (s->bwd_defer ? n : 1));
     free(partial_at);
+    /* MmaWeights: the weights of every launch that runs on k_gemm_mma (float32, at most 16 rows per
+       element) split once into FP16 pairs for the mma's operand order: per job, column n and 4 k
+       from 4q, one uint4 (high parts of k 4q, 4q+1 | of 4q+2, 4q+3 | the low parts likewise), each
+       matrix scaled by the power of two that brings its largest magnitude below 2^14 (fp16_scale);
+       the kernel multiplies its sums by wscale, the inverse. Columns of k past the job's are zero. */
+    size_t w16_count = 0;
+    uint4* w16 = NULL;
+    size_t* w16_at = (size_t*)calloc(nj + 1, sizeof(size_t));
+    if (w16_at == NULL) st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate the FP16 weight table");
+    for (int pass = 0; pass < 2 && st == NNP_OK; pass++)
+        for (int h = 0; h < s->n_hidden; h++) {
+            if (!(sizeof(real) == 4 && skinny_enabled() && mma_enabled() && (pass ? s->bwd_m : s->fwd_m)[h] <= 16)) continue;
+            const size_t j0 = pass ? s->bwd_job0[h] : s->fwd_job0[h];
+            const int count = pass ? s->bwd_jobs[h] : s->fwd_jobs[h];
+            for (int j = 0; j < count; j++) {
+                w16_at[j0 + j] = w16_count + 1; /* 0: none */
+                w16_count += (size_t)jobs[j0 + j].n * ((jobs[j0 + j].k + 15) / 16 * 4);
+            }
+        }
+    TRY_ALLOC(s->w16, sizeof(uint4) * (w16_count + 1));
+    if (st == NNP_OK && w16_count > 0 && (w16 = (uint4*)malloc(sizeof(uint4) * w16_count)) == NULL)
+        st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate the FP16 weights");
+    for (size_t j = 0; st == NNP_OK && w16 != NULL && j < nj; j++) {
+        if (w16_at[j] == 0) continue;
+        GemmJob<real>& g = jobs[j];
+        const bool trans = j < (size_t)s->bwd_job0[s->n_hidden - 1]; /* forward jobs come first: B is [n × k] */
+        const real* hb = w + (g.B - W);
+        const int ldq = (g.k + 15) / 16 * 4;
+        auto at = [&](int col, int k) { return k < g.k ? (float)(trans ? hb[(size_t)col * g.ldb + k] : hb[(size_t)k * g.ldb + col]) : 0.f; };
+        float mx = 0.f;
+        for (int col = 0; col < g.n; col++)
+            for (int k = 0; k < g.k; k++) mx = fmaxf(mx, fabsf(at(col, k)));
+        const float sc = fp16_scale(mx);
+        uint4* dst = w16 + (w16_at[j] - 1);
+        for (int col = 0; col < g.n; col++)
+            for (int q = 0; q < ldq; q++) {
+                uint4 v;
+                fp16_split(at(col, 4 * q) * sc, at(col, 4 * q + 1) * sc, v.x, v.z);
+                fp16_split(at(col, 4 * q + 2) * sc, at(col, 4 * q + 3) * sc, v.y, v.w);
+                dst[(size_t)col * ldq + q] = v;
+            }
+        g.B16 = (const uint4*)s->w16 + (w16_at[j] - 1);
+        g.ldq = ldq;
+        g.wscale = 1.f / sc;
+    }
+    free(w16_at);
     TRY_ALLOC(s->jobs, sizeof(GemmJob<real>) * (nj + 1));
     TRY_ALLOC(s->aev_params, sizeof(AevParams<real>));
     AevParams<real> P = aev_params<real>(m, radial_at, angular_at, s->aev_angular0);
@@ -2374,6 +2466,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
         UPLOAD(s->self_energy, self, sizeof(double) * n);
         UPLOAD(s->weights, w, sizeof(real) * total);
         UPLOAD(s->jobs, jobs, sizeof(GemmJob<real>) * nj);
+        if (w16 != NULL) UPLOAD(s->w16, w16, sizeof(uint4) * w16_count);
         UPLOAD(s->flags, FLAG_CLEAR, sizeof(FLAG_CLEAR));
         UPLOAD(s->aev_params, &P, sizeof(P));
         UPLOAD(s->out_jobs, ojobs, sizeof(OutputJob<real>) * s->n_out_jobs);
@@ -2384,7 +2477,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     }
 #undef TRY_ALLOC
     free(row_atom), free(self), free(particle), free(identity), free(w), free(jobs), free(live_feature), free(batch_class);
-    free(defer_rows);
+    free(defer_rows), free(w16);
     if (st == NNP_OK) preload<real>(s);
     return st;
 }
