@@ -91,16 +91,18 @@ PY
     # Variants compared in one call: this tree ("current") and, for each "name:file" of AB, a copy
     # with the patch file applied ("name:-file": reversed). Each is built (in parallel) and checked
     # by test_cuda, then bench_nnp runs at BENCH_SIZES (default "1 837") for each in turn,
-    # AB_ROUNDS times (default 2), so that the variants share the machine's state.
-    names=(current); dirs=("$root")
+    # AB_ROUNDS times (default 2), so that the variants share the machine's state. "name:@VAR=value"
+    # is this tree's build run with the environment variable VAR=value (a tuning switch).
+    names=(current); dirs=("$root"); envs=("")
     for spec in ${AB:-}; do
       name="${spec%%:*}"; pf="${spec#*:}"; rev=""; [ "${pf#-}" != "$pf" ] && { rev=-R; pf="${pf#-}"; }
+      if [ "${pf#@}" != "$pf" ]; then names+=("$name"); dirs+=("$root"); envs+=("${pf#@}"); continue; fi
       dir="/tmp/ab-$name"; rm -rf "$dir"; mkdir -p "$dir"
       (cd "$root" && tar cf - --exclude=./build-gpu .) | tar xf - -C "$dir"
-      if (cd "$dir" && patch -s $rev -p1 < "$root/$pf"); then names+=("$name"); dirs+=("$dir"); else echo "ab: $pf does not apply; $name left out"; fi
+      if (cd "$dir" && patch -s $rev -p1 < "$root/$pf"); then names+=("$name"); dirs+=("$dir"); envs+=(""); else echo "ab: $pf does not apply; $name left out"; fi
     done
     for i in "${!dirs[@]}"; do
-      [ "$i" = 0 ] && [ -x "$root/build-gpu/bench/bench_nnp" ] && continue
+      [ "${dirs[$i]}" = "$root" ] && { [ "$i" != 0 ] || [ -x "$root/build-gpu/bench/bench_nnp" ]; } && continue
       OUT="/tmp/ab-out-$i" "${dirs[$i]}/scripts/gpu-test.sh" build > "/tmp/ab-build-$i.log" 2>&1 &
     done
     wait
@@ -108,13 +110,16 @@ PY
       if [ ! -x "${dirs[$i]}/build-gpu/bench/bench_nnp" ]; then
         echo "ab ${names[$i]}: build failed ($(grep -m 1 -E "error:" "/tmp/ab-build-$i.log"); log /tmp/ab-build-$i.log)"; continue
       fi
-      echo "ab ${names[$i]}: $("${dirs[$i]}/build-gpu/core/tests/test_cuda" 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
+      echo "ab ${names[$i]}: $(env ${envs[$i]} "${dirs[$i]}/build-gpu/core/tests/test_cuda" 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
     done
     for r in $(seq "${AB_ROUNDS:-2}"); do
       for i in "${!dirs[@]}"; do
         [ -x "${dirs[$i]}/build-gpu/bench/bench_nnp" ] || continue
         echo "== ${names[$i]} (round $r)"
-        OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "${dirs[$i]}/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-1 837} 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ \|" || true
+        # each copy's own OpenMM (two libOpenMMCUDA in one process abort at exit)
+        env ${envs[$i]} OPENMM_PLUGIN_DIR="${dirs[$i]}/.device/omm/OpenMM.libs/lib/plugins" "${dirs[$i]}/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-1 837} \
+          > "/tmp/ab-bench-$i.log" 2>&1 || { echo "ab ${names[$i]}: bench_nnp exit $?:"; tail -n 5 "/tmp/ab-bench-$i.log"; }
+        grep -E "^ +[0-9]+ +[0-9]+ \|" "/tmp/ab-bench-$i.log"
       done
     done ;;
   stalls)

@@ -678,6 +678,52 @@ __device__ __forceinline__ void few_rows_put(const GemmJob<float>& job, int kspl
 template <int EPI> __device__ __forceinline__ void few_rows_fixup(const GemmJob<float>& job, int ksplit, int col0, int* counter) {
     if (ksplit > 1 && counter != NULL) splitk_fixup<float, EPI>(job, ksplit, 0, job.m, col0, GEMM_TILE, counter);
 }
+/* Split-K through distributed shared memory (sm_90 thread-block clusters; k_gemm_mma where the
+   launch puts one tile's ksplit parts, at most 8, in one cluster, so that the cluster's block rank
+   is the part): each block leaves its 16 × GEMM_TILE sums in its shared memory (red, rows
+   MMA_RED apart), and after the cluster barrier block q adds slice q of the tile's m × GEMM_TILE
+   elements over all parts, in part order, and applies the epilogue. The same sums in the same
+   order as splitk_fixup's, so the same bits, without its fence, counter and L2 round trip. */
+#define MMA_RED 72 /* floats per row: a warp's float2 stores of 8 rows fill the banks twice, no conflict */
+__device__ __forceinline__ unsigned cluster_blocks() {
+    unsigned r = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+#endif
+    return r;
+}
+__device__ __forceinline__ void cluster_barrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+/* Block `rank`'s copy of the shared variable at p (ld.shared::cluster). */
+__device__ __forceinline__ float cluster_load(const float* p, int rank) {
+    float v = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+#endif
+    return v;
+}
+template <int EPI>
+__device__ void cluster_fixup(const GemmJob<float>& job, int ksplit, int part, int col0, const float (*red)[MMA_RED]) {
+    cluster_barrier(); /* every part's sums are in its shared memory */
+    const int count = job.m * GEMM_TILE, per = (count + ksplit - 1) / ksplit, end = min(count, (part + 1) * per);
+    for (int e = part * per + threadIdx.x; e < end; e += blockDim.x) {
+        const int r = e / GEMM_TILE, c = e % GEMM_TILE;
+        float t[8];
+#pragma unroll
+        for (int q = 0; q < 8; q++) t[q] = q < ksplit ? cluster_load(&red[r][c], q) : 0.f; /* all in flight */
+        float v = 0.f;
+#pragma unroll
+        for (int q = 0; q < 8; q++)
+            if (q < ksplit) v += t[q];
+        if (col0 + c < job.n) job.C[(size_t)r * job.ldc + col0 + c] = epilogue<float>(EPI, job, r, col0 + c, v);
+    }
+    cluster_barrier(); /* no block leaves (and frees its shared memory) before the others have read it */
+}
 /* The split-K tile counter of block (x, z) of a few-rows launch. No counters (NULL): the parts' sums
    stay in the workspace, for the next kernel to add (the AEV backward: see DeferredSum). */
 __device__ __forceinline__ int* tile_counter(int* counters, int ksplit) {
@@ -1133,7 +1179,7 @@ __device__ __forceinline__ void mma_output(const GemmJob<float>& job, int col0, 
    earlier kernel wrote is read. Ahi and Alo: MMA_K / 8 × MMA_AROW uint4 of shared memory each. */
 template <bool TRANS_B, int EPI, typename Ready>
 __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, int ksplit, int col0, int* counter, uint4 (*Ahi)[MMA_AROW],
-                                         uint4 (*Alo)[MMA_AROW], const OutFuse& fuse, Ready ready) {
+                                         uint4 (*Alo)[MMA_AROW], float (*red)[MMA_RED], const OutFuse& fuse, Ready ready) {
     const int part = kp.part, kbegin = kp.kbegin, kend = kp.kend;
     const int m = job.m;
     /* m16n8k16 in FP16 with float32 sums, each operand as a high and a low FP16 part (x = hi + lo,
@@ -1241,13 +1287,18 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
         mma_output(job, col0, acc, out_w, out_b, o, fuse);
         return;
     }
-    auto put = [&](int r, int c, float v) { few_rows_put<EPI>(job, ksplit, part, r, col0 + c, v); };
     /* D fragment: (row g, columns 2tq and 2tq+1), then row g + 8 */
+    float v[4];
 #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const float v = ((acc[0][c] + acc[2][c]) + (acc[1][c] + acc[3][c]));
-        put(g + 8 * (c / 2), warp * 8 + 2 * tq + (c % 2), v);
+    for (int c = 0; c < 4; c++) v[c] = ((acc[0][c] + acc[2][c]) + (acc[1][c] + acc[3][c]));
+    if (ksplit > 1 && counter != NULL && cluster_blocks() == (unsigned)ksplit) { /* the parts in one cluster */
+#pragma unroll
+        for (int h = 0; h < 2; h++) *(float2*)&red[g + 8 * h][warp * 8 + 2 * tq] = make_float2(v[2 * h], v[2 * h + 1]);
+        cluster_fixup<EPI>(job, ksplit, part, col0, red);
+        return;
     }
+#pragma unroll
+    for (int c = 0; c < 4; c++) few_rows_put<EPI>(job, ksplit, part, g + 8 * (c / 2), col0 + warp * 8 + 2 * tq + (c % 2), v[c]);
     few_rows_fixup<EPI>(job, ksplit, col0, counter);
 }
 
@@ -1255,13 +1306,14 @@ template <bool TRANS_B, int EPI>
 __global__ void __launch_bounds__(256, 2) k_gemm_mma(const GemmJob<float>* __restrict__ jobs, int ksplit, int* __restrict__ counters,
                                                        const OutFuse fuse) {
     __shared__ uint4 Ahi[MMA_STEPS][MMA_AROW], Alo[MMA_STEPS][MMA_AROW];
+    __shared__ __align__(16) float red[16][MMA_RED]; /* split-K in a cluster: see cluster_fixup */
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
     const int col0 = blockIdx.x * GEMM_TILE;
     if (col0 >= job.n) {
         pdl_start();
         return;
     }
-    mma_tile<TRANS_B, EPI>(job, k_part(job.k, ksplit, blockIdx.z), ksplit, col0, tile_counter(counters, ksplit), Ahi, Alo, fuse,
+    mma_tile<TRANS_B, EPI>(job, k_part(job.k, ksplit, blockIdx.z), ksplit, col0, tile_counter(counters, ksplit), Ahi, Alo, red, fuse,
                            [] { pdl_start(); });
 }
 
@@ -1280,17 +1332,30 @@ static bool debug_skip(void) {
     if (debug_kernels == -2) debug_kernels = getenv("NNP_CUDA_DEBUG_KERNELS") ? atoi(getenv("NNP_CUDA_DEBUG_KERNELS")) : -1;
     return debug_kernels >= 0 && debug_launched++ >= debug_kernels;
 }
-/* Launches a kernel, as a programmatic dependent launch when pdl is set (see pdl_wait). */
+/* Launches a kernel, as a programmatic dependent launch when pdl is set (see pdl_wait), in
+   thread-block clusters of cluster_z blocks along z where that is more than 1. */
 template <typename... KArgs, typename... Args>
-static void launch_k(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+static void launch_kc(bool pdl, unsigned cluster_z, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args... args) {
     if (debug_skip()) return;
-    cudaLaunchAttribute attr = {};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2] = {};
+    unsigned n = 0;
+    if (pdl) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_z > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = 1, attr[n].val.clusterDim.y = 1, attr[n++].val.clusterDim.z = cluster_z;
+    }
     cudaLaunchConfig_t config = {};
     config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
-    config.attrs = &attr, config.numAttrs = pdl ? 1 : 0;
+    config.attrs = attr, config.numAttrs = n;
     cudaLaunchKernelEx(&config, kernel, args...);
+}
+template <typename... KArgs, typename... Args>
+static void launch_k(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+    launch_kc(pdl, 1, kernel, grid, block, smem, stream, args...);
 }
 
 /* Tensor cores for at most 16 rows (NNP_CUDA_MMA=0: the SIMT few-rows kernel instead). */
@@ -1300,16 +1365,18 @@ static int mma_enabled(void) {
     return enabled;
 }
 template <typename real> struct SkinnyGemm {
-    template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, int, int, int*, cudaStream_t, bool) { return false; }
+    template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, int, int, int*, bool, cudaStream_t, bool) { return false; }
     static bool run_output(const GemmJob<real>*, dim3, int*, cudaStream_t, bool, const OutFuse&) { return false; }
     static void preload() {}
 };
 template <> struct SkinnyGemm<float> {
     template <bool TRANS_B, int EPI>
-    static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, int* counters, cudaStream_t stream, bool pdl) {
+    static bool run(const GemmJob<float>* jobs, dim3 grid, int ksplit, int max_m, int* counters, bool cluster, cudaStream_t stream, bool pdl) {
         if (max_m > SKINNY_M || !skinny_enabled()) return false;
         const dim3 g(grid.x, 1, grid.z);
-        if (max_m <= 16 && mma_enabled()) launch_k(pdl, k_gemm_mma<TRANS_B, EPI>, g, dim3(256), 0, stream, jobs, ksplit, counters, OutFuse());
+        /* cluster: a tile's split-K parts in one thread-block cluster (see cluster_fixup) */
+        const unsigned cz = cluster && counters != NULL && ksplit > 1 && ksplit <= 8 ? ksplit : 1;
+        if (max_m <= 16 && mma_enabled()) launch_kc(pdl, cz, k_gemm_mma<TRANS_B, EPI>, g, dim3(256), 0, stream, jobs, ksplit, counters, OutFuse());
         else launch_k(pdl, k_gemm_skinny<TRANS_B, EPI, SKINNY_M>, g, dim3(256), 0, stream, jobs, ksplit, counters);
         return true;
     }
@@ -1771,6 +1838,7 @@ struct nnp_cuda_state {
     int4 *row_info, *batch_entry; /* k_aev's search tables (FrontIn) */
     int4* defer_rows;             /* DeferredSum's rows, where bwd_defer */
     int bwd_defer;                /* the last backward GEMM's split-K parts added by the AEV backward */
+    int mma_cluster;              /* k_gemm_mma's split-K parts added in thread-block clusters (cluster_fixup) */
     int2 *count, *nbr_info; /* neighbour tables (NbrTables) */
     void *nbr_vec, *nbr_cut, *aev, *daev, *weights;
     void* Y[NNP_MAX_LAYERS];
@@ -2358,6 +2426,15 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
        block per tile, as for the other layers). */
     s->bwd_defer = sizeof(real) == 4 && s->bwd_slices > 1 && s->bwd_ksplit[0] > 1 && s->bwd_m[0] <= SKINNY_M && skinny_enabled() &&
                    !(getenv("NNP_CUDA_DEFER") && atoi(getenv("NNP_CUDA_DEFER")) == 0);
+    /* k_gemm_mma's split-K parts added through distributed shared memory, one tile's parts in a
+       thread-block cluster (cluster_fixup), where the GPU launches clusters (NNP_CUDA_CLUSTER=0: by
+       the last block of each tile, splitk_fixup; the same sums in the same order) */
+    {
+        int device = 0, clusters = 0;
+        cudaGetDevice(&device);
+        if (cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) != cudaSuccess) clusters = 0;
+        s->mma_cluster = clusters && !(getenv("NNP_CUDA_CLUSTER") && atoi(getenv("NNP_CUDA_CLUSTER")) == 0);
+    }
     int4* defer_rows = s->bwd_defer ? (int4*)calloc((size_t)n + 1, sizeof(int4)) : NULL;
     if (s->bwd_defer && defer_rows == NULL) st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate the deferred split-K table");
     for (int j = 0; defer_rows != NULL && j < s->bwd_jobs[0]; j++) {
@@ -2483,9 +2560,9 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
 }
 
 template <typename real, bool TRANS_B, int EPI>
-static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, int max_m, int aligned, int* counters,
+static void gemm(const GemmJob<real>* jobs, dim3 grid, int ksplit, int max_mn, int max_m, int aligned, int* counters, bool cluster,
                  cudaStream_t stream, bool pdl) {
-    if (SkinnyGemm<real>::template run<TRANS_B, EPI>(jobs, grid, ksplit, max_m, counters, stream, pdl)) return;
+    if (SkinnyGemm<real>::template run<TRANS_B, EPI>(jobs, grid, ksplit, max_m, counters, cluster, stream, pdl)) return;
     if (ksplit == 1) { /* many rows: the 128×128 kernels (grid given in 64-wide tiles) */
         dim3 big((grid.x + 1) / 2, (grid.y + 1) / 2, grid.z);
         if (!aligned || !BigGemm4<real>::template run<TRANS_B, EPI>(jobs, big, stream, pdl))
@@ -2553,7 +2630,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                 SkinnyGemm<real>::run_output(jobs + s->fwd_job0[h], s->fwd_grid[h], s->counters, stream, pdl, f);
             } else
                 gemm<real, true, EPI_BIAS_CELU>(jobs + s->fwd_job0[h], s->fwd_grid[h], s->fwd_ksplit[h], s->fwd_mn[h], s->fwd_m[h],
-                                                s->fwd_aligned[h], s->counters, stream, pdl);
+                                                s->fwd_aligned[h], s->counters, s->mma_cluster, stream, pdl);
         }
         MARK();
         if (!fuse_output)
@@ -2562,9 +2639,9 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         MARK();
         if (with_forces) {
             for (int h = s->n_hidden - 1; h >= 1; h--)
-                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->bwd_aligned[h], s->counters, stream, pdl);
+                gemm<real, false, EPI_DERIV>(jobs + s->bwd_job0[h], s->bwd_grid[h], s->bwd_ksplit[h], s->bwd_mn[h], s->bwd_m[h], s->bwd_aligned[h], s->counters, s->mma_cluster, stream, pdl);
             gemm<real, false, EPI_NONE>(jobs + s->bwd_job0[0], s->bwd_grid[0], s->bwd_ksplit[0], s->bwd_mn[0], s->bwd_m[0], s->bwd_aligned[0],
-                                        s->bwd_defer ? NULL : s->counters, stream, pdl); /* no counters: DeferredSum */
+                                        s->bwd_defer ? NULL : s->counters, s->mma_cluster, stream, pdl); /* no counters: DeferredSum */
             MARK();
             unsigned long long* target;
             const int* findex;

@@ -509,6 +509,15 @@ int main(void) {
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         unsetenv("NNP_CUDA_DEFER");
         compare_bitwise_with_env(model, &one, "NNP_CUDA_DEFER", "0");
+        /* k_gemm_mma's split-K parts added through distributed shared memory in thread-block
+           clusters (cluster_fixup, the default on sm_90) or by each tile's last block
+           (NNP_CUDA_CLUSTER=0): the same sums in the same order, so bit-identical. The first
+           layer's forward is split in two for one molecule; with NNP_CUDA_DEFER=0 the last
+           backward GEMM's 8 parts go through clusters too. */
+        compare_bitwise_with_env(model, &one, "NNP_CUDA_CLUSTER", "0");
+        setenv("NNP_CUDA_DEFER", "0", 1);
+        compare_bitwise_with_env(model, &one, "NNP_CUDA_CLUSTER", "0");
+        unsetenv("NNP_CUDA_DEFER");
         /* The molecule as batch 300 of 301 (300 empty): more batches than the end of the
            evaluation keeps in shared memory for one molecule. */
         for (int32_t a = 0; a < one.n; a++) one.batch[a] = 300;
