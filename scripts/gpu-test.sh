@@ -66,13 +66,19 @@ PY
     # The integrators' test (graphs of OpenMM's kernels and ours), without statistics and drift.
     # racecheck (shared-memory hazards) on the integrators' own kernels; libnnp's kernels have their
     # racecheck run in the `sanitize` step, and under racecheck the whole test takes too long.
-    for tool in memcheck racecheck; do
-      filter=""; [ "$tool" = racecheck ] && filter="--kernel-name kns=nnpLangevin"
+    # compute-sanitizer 2025 (CUDA 13.0) fails with "Internal Sanitizer Error: The Sanitizer failed
+    # to handle a hardware exception" when racecheck leaves out a kernel that reads distributed
+    # shared memory (k_gemm_mma's cluster_fixup; scripts/sanitizer-cluster-repro.cu): the filtered
+    # racecheck runs with NNP_CUDA_CLUSTER=0, and k_gemm_mma gets a racecheck of its own.
+    for tool in memcheck racecheck racecheck-mma; do
+      filter=""; env=""
+      [ "$tool" = racecheck ] && { filter="--kernel-name kns=nnpLangevin"; env="NNP_CUDA_CLUSTER=0"; }
+      [ "$tool" = racecheck-mma ] && filter="--kernel-name kns=k_gemm_mma"
       # --report-api-errors no: OpenMM probes its kernel cache with cuModuleLoad, and every miss
       # (CUDA_ERROR_FILE_NOT_FOUND, then it compiles) would count as an error; memory errors still count.
-      NNP_TEST_QUICK=1 OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 280 compute-sanitizer --tool "$tool" $filter --report-api-errors no --error-exitcode 9 \
+      env $env NNP_TEST_QUICK=1 OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 280 compute-sanitizer --tool "${tool%-mma}" $filter --report-api-errors no --error-exitcode 9 \
         "$root/build-gpu/platforms/cuda/TestCudaNNPIntegrators" > "$out/sanitizer-integrators-$tool.log" 2>&1
-      echo "compute-sanitizer $tool on TestCudaNNPIntegrators: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-integrators-$tool.log" | tail -n 1); $(grep -cE 'FAILED' "$out/sanitizer-integrators-$tool.log") failed checks)"
+      echo "compute-sanitizer $tool on TestCudaNNPIntegrators${env:+ ($env)}: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-integrators-$tool.log" | tail -n 1); $(grep -cE 'FAILED' "$out/sanitizer-integrators-$tool.log") failed checks)"
     done ;;
   integrators)
     for p in ${PRECISIONS:-mixed}; do

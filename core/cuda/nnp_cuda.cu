@@ -1285,21 +1285,21 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
     }
     if constexpr (EPI == EPI_OUT) {
         mma_output(job, col0, acc, out_w, out_b, o, fuse);
-        return;
+    } else {
+        /* D fragment: (row g, columns 2tq and 2tq+1), then row g + 8 */
+        float v[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) v[c] = ((acc[0][c] + acc[2][c]) + (acc[1][c] + acc[3][c]));
+        if (ksplit > 1 && counter != NULL && cluster_blocks() == (unsigned)ksplit) { /* the parts in one cluster */
+#pragma unroll
+            for (int h = 0; h < 2; h++) *(float2*)&red[g + 8 * h][warp * 8 + 2 * tq] = make_float2(v[2 * h], v[2 * h + 1]);
+            cluster_fixup<EPI>(job, ksplit, part, col0, red);
+            return;
+        }
+#pragma unroll
+        for (int c = 0; c < 4; c++) few_rows_put<EPI>(job, ksplit, part, g + 8 * (c / 2), col0 + warp * 8 + 2 * tq + (c % 2), v[c]);
+        few_rows_fixup<EPI>(job, ksplit, col0, counter);
     }
-    /* D fragment: (row g, columns 2tq and 2tq+1), then row g + 8 */
-    float v[4];
-#pragma unroll
-    for (int c = 0; c < 4; c++) v[c] = ((acc[0][c] + acc[2][c]) + (acc[1][c] + acc[3][c]));
-    if (ksplit > 1 && counter != NULL && cluster_blocks() == (unsigned)ksplit) { /* the parts in one cluster */
-#pragma unroll
-        for (int h = 0; h < 2; h++) *(float2*)&red[g + 8 * h][warp * 8 + 2 * tq] = make_float2(v[2 * h], v[2 * h + 1]);
-        cluster_fixup<EPI>(job, ksplit, part, col0, red);
-        return;
-    }
-#pragma unroll
-    for (int c = 0; c < 4; c++) few_rows_put<EPI>(job, ksplit, part, g + 8 * (c / 2), col0 + warp * 8 + 2 * tq + (c % 2), v[c]);
-    few_rows_fixup<EPI>(job, ksplit, col0, counter);
 }
 
 template <bool TRANS_B, int EPI>
@@ -2335,6 +2335,15 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     /* Measured on the H200 (docs/benchmarks.md): 32 for k_gemm (of 128, 64, 32, 16), 64 for the
        few-rows kernel (of 32, 64), whose reduction then reads half the partial sums. */
     int split_k = 32, split_k_skinny = 256, split_max = 64;
+    /* k_gemm_mma's split-K parts added through distributed shared memory, one tile's parts in a
+       thread-block cluster (cluster_fixup), where the GPU launches clusters (NNP_CUDA_CLUSTER=0: by
+       the last block of each tile, splitk_fixup; the same sums in the same order) */
+    {
+        int device = 0, clusters = 0;
+        cudaGetDevice(&device);
+        if (cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) != cudaSuccess) clusters = 0;
+        s->mma_cluster = clusters && !(getenv("NNP_CUDA_CLUSTER") && atoi(getenv("NNP_CUDA_CLUSTER")) == 0);
+    }
     if (getenv("NNP_CUDA_SPLIT_K")) split_k = split_k_skinny = max(GEMM_K, atoi(getenv("NNP_CUDA_SPLIT_K")));
     if (getenv("NNP_CUDA_SPLIT_MAX")) split_max = max(1, atoi(getenv("NNP_CUDA_SPLIT_MAX")));
     size_t partial_size = 0, n_counters = 1;
@@ -2426,15 +2435,6 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
        block per tile, as for the other layers). */
     s->bwd_defer = sizeof(real) == 4 && s->bwd_slices > 1 && s->bwd_ksplit[0] > 1 && s->bwd_m[0] <= SKINNY_M && skinny_enabled() &&
                    !(getenv("NNP_CUDA_DEFER") && atoi(getenv("NNP_CUDA_DEFER")) == 0);
-    /* k_gemm_mma's split-K parts added through distributed shared memory, one tile's parts in a
-       thread-block cluster (cluster_fixup), where the GPU launches clusters (NNP_CUDA_CLUSTER=0: by
-       the last block of each tile, splitk_fixup; the same sums in the same order) */
-    {
-        int device = 0, clusters = 0;
-        cudaGetDevice(&device);
-        if (cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device) != cudaSuccess) clusters = 0;
-        s->mma_cluster = clusters && !(getenv("NNP_CUDA_CLUSTER") && atoi(getenv("NNP_CUDA_CLUSTER")) == 0);
-    }
     int4* defer_rows = s->bwd_defer ? (int4*)calloc((size_t)n + 1, sizeof(int4)) : NULL;
     if (s->bwd_defer && defer_rows == NULL) st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate the deferred split-K table");
     for (int j = 0; defer_rows != NULL && j < s->bwd_jobs[0]; j++) {
