@@ -266,6 +266,23 @@ template <typename real> struct NbrTables {
 };
 __host__ __device__ static inline size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
+/* The sum in part order of src[p·stride], p < parts, with 8 loads in flight (L2 only: other blocks
+   or launches wrote the parts). splitk_fixup and DeferredSum both add split-K parts with it, which
+   keeps their results bit-identical. */
+template <typename real> __device__ __forceinline__ real sum_parts(const real* src, size_t stride, int parts) {
+    real v = 0;
+    int p = 0;
+    for (; p + 8 <= parts; p += 8) {
+        real t[8];
+#pragma unroll
+        for (int q = 0; q < 8; q++) t[q] = __ldcg(src + (size_t)(p + q) * stride);
+#pragma unroll
+        for (int q = 0; q < 8; q++) v += t[q];
+    }
+    for (; p < parts; p++) v += __ldcg(src + (size_t)p * stride);
+    return v;
+}
+
 /* The last backward GEMM's split-K parts left in its workspace (few rows): row r of dE/dAEV is, per
    column c < n, the sum in part order of partial[at + p·stride + local·n + c], p < parts, where
    rows[r] = (at, stride, n, local); columns from n on are zero (outside the row's class prefix).
@@ -306,21 +323,7 @@ __device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __
     if (stage_g) pdl_start();
     if (stage_g && defer.rows != NULL) {
         const real* src = defer.partial + d.x + (size_t)d.w * d.z;
-        for (int k = threadIdx.x; k < A; k += blockDim.x) {
-            real v = 0;
-            if (k < d.z) {
-                int p = 0;
-                for (; p + 8 <= defer.parts; p += 8) { /* 8 loads in flight, added in part order */
-                    real t[8];
-#pragma unroll
-                    for (int q = 0; q < 8; q++) t[q] = __ldcg(src + (size_t)(p + q) * d.y + k);
-#pragma unroll
-                    for (int q = 0; q < 8; q++) v += t[q];
-                }
-                for (; p < defer.parts; p++) v += __ldcg(src + (size_t)p * d.y + k);
-            }
-            s_g[k] = v;
-        }
+        for (int k = threadIdx.x; k < A; k += blockDim.x) s_g[k] = k < d.z ? sum_parts(src + k, (size_t)d.y, defer.parts) : real(0);
     } else if (stage_g)
         for (int k = threadIdx.x; k < A; k += blockDim.x) s_g[k] = g_row[k];
     __syncthreads();
@@ -638,18 +641,7 @@ __device__ void splitk_fixup(const GemmJob<real>& job, int ksplit, int row0, int
     for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
         const int gr = row0 + e / cols, gc = col0 + e % cols;
         if (gr >= job.m || gc >= job.n) continue;
-        const real* src = job.partial + (size_t)gr * job.n + gc;
-        const size_t part_stride = (size_t)job.m * job.n;
-        real v = 0;
-        int p = 0;
-        for (; p + 8 <= ksplit; p += 8) { /* 8 loads in flight, added in part order */
-            real t[8];
-#pragma unroll
-            for (int q = 0; q < 8; q++) t[q] = __ldcg(src + (p + q) * part_stride);
-#pragma unroll
-            for (int q = 0; q < 8; q++) v += t[q];
-        }
-        for (; p < ksplit; p++) v += __ldcg(src + p * part_stride);
+        const real v = sum_parts(job.partial + (size_t)gr * job.n + gc, (size_t)job.m * job.n, ksplit);
         job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, v);
     }
     if (threadIdx.x == 0) *counter = 0;
