@@ -3,7 +3,8 @@
  * drug-like molecules (one batch each), launched eagerly and replayed from a CUDA graph of whole
  * steps, plus the stage breakdown of libnnp's evaluation (NNP_CUDA_PROFILE) for the same atoms.
  *   bench_nnp SHARED_DIR [sizes...]
- * Reports µs/step, ns/day at 1 fs, molecule-steps/s, atom-steps/s and the per-batch reduction's share.
+ * Reports µs/step, ns/day at 1 fs, molecule-steps/s, atom-steps/s and the per-batch reduction's share,
+ * and the host's own time to launch one eager step.
  */
 #include "bench_common.h"
 
@@ -44,6 +45,13 @@ int main(int argc, char** argv) {
         integrator.step(steps);
         sync();
         double eager = (seconds() - t) / steps * 1e6;
+        // The host's own cost of an eager step: a few steps' launches timed without waiting for the
+        // GPU (few enough that the launch queue does not fill and block the host).
+        const int hostSteps = 20;
+        t = seconds();
+        integrator.step(hostSteps);
+        double host = (seconds() - t) / hostSteps * 1e6;
+        sync();
         const int K = 10;
         CUgraphExec exec;
         {
@@ -111,6 +119,7 @@ int main(int argc, char** argv) {
             nnp_plan_free(plan);
             nnp_model_free(m);
         }
+        printf("          host time to launch one eager step (not waiting for the GPU): %.1f µs\n", host);
         double perSecond = 1e6 / graph;
         printf("%9zu %7d | %10.1f %10.1f | %8.2fx %9.1f %12.0f %12.3g | %5.2f%%\n", chosen.size(), atoms, eager, graph,
                eager / graph, perSecond * 86400 * 1e-6, perSecond * chosen.size(), perSecond * atoms, share);
