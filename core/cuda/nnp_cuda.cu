@@ -1091,9 +1091,9 @@ struct OutFuse {
 /*
  * At most 16 rows (float32), on the tensor cores: one molecule's layers, where the SIMT kernels
  * above issue about one instruction per 4 cycles per scheduler and the instruction count sets the
- * time. mma.sync m16n8k8 in TF32 with each operand split into a TF32 high part and the TF32 rest
- * (x = hi + lo): a·b = hi·hi + (hi·lo + lo·hi) to about float32's precision (the lo·lo term, ~2^-22
- * relative, is left out), the sums in float32. The 16 rows are one m16 tile; a block of 8 warps
+ * time. mma.sync m16n8k16 in FP16 with each operand scaled by a power of two and split into an
+ * FP16 high part and the FP16 rest (x = hi + lo): a·b = hi·hi + (hi·lo + lo·hi) to about float32's
+ * precision (the lo·lo term, ~2^-22 relative, is left out), the sums in float32 (see mma_tile). The 16 rows are one m16 tile; a block of 8 warps
  * covers 64 columns (8 per warp) and one k-range: the activation rows are staged in shared memory
  * already split and in fragment order, each lane's weights for the whole range (up to MMA_K) are
  * requested at once,
@@ -1109,16 +1109,6 @@ struct OutFuse {
    two lanes per k (8 rows each), which removes the last 2-way conflict, measured the same. */
 #define MMA_AROW 36
 #define MMA_STEPS (MMA_K / 16) /* m16n8k16 steps per stage */
-__device__ __forceinline__ unsigned tf32_of(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-__device__ __forceinline__ void mma_tf32(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -1168,7 +1158,8 @@ __device__ __forceinline__ void mma_output(const GemmJob<float>& job, int col0, 
 }
 /* One tile of k_gemm_mma: columns col0.. of `job`, split-K part kp (of ksplit), with the tile's
    counter. ready() is called once, after this tile's weights are requested and before anything an
-   earlier kernel wrote is read. Ahi and Alo: MMA_K / 8 × MMA_AROW uint4 of shared memory each. */
+   earlier kernel wrote is read. Ahi and Alo: MMA_STEPS × MMA_AROW uint4 of shared memory each; red:
+   16 × MMA_RED floats (split-K in a cluster). */
 template <bool TRANS_B, int EPI, typename Ready>
 __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, int ksplit, int col0, int* counter, uint4 (*Ahi)[MMA_AROW],
                                          uint4 (*Alo)[MMA_AROW], float (*red)[MMA_RED], const OutFuse& fuse, Ready ready) {
@@ -1356,6 +1347,9 @@ static int mma_enabled(void) {
     if (enabled < 0) enabled = !(getenv("NNP_CUDA_MMA") && atoi(getenv("NNP_CUDA_MMA")) == 0);
     return enabled;
 }
+/* Whether a float32 launch of at most max_m rows per job runs on k_gemm_mma: the launch, the FP16
+   weight table (MmaWeights) and the fused output layer all ask this. */
+static bool runs_on_mma(int max_m) { return max_m <= 16 && skinny_enabled() && mma_enabled(); }
 template <typename real> struct SkinnyGemm {
     template <bool TRANS_B, int EPI> static bool run(const GemmJob<real>*, dim3, int, int, int*, bool, cudaStream_t, bool) { return false; }
     static bool run_output(const GemmJob<real>*, dim3, int*, cudaStream_t, bool, const OutFuse&) { return false; }
@@ -1368,7 +1362,7 @@ template <> struct SkinnyGemm<float> {
         const dim3 g(grid.x, 1, grid.z);
         /* cluster: a tile's split-K parts in one thread-block cluster (see cluster_fixup) */
         const unsigned cz = cluster && counters != NULL && ksplit > 1 && ksplit <= 8 ? ksplit : 1;
-        if (max_m <= 16 && mma_enabled()) launch_kc(pdl, cz, k_gemm_mma<TRANS_B, EPI>, g, dim3(256), 0, stream, jobs, ksplit, counters, OutFuse());
+        if (runs_on_mma(max_m)) launch_kc(pdl, cz, k_gemm_mma<TRANS_B, EPI>, g, dim3(256), 0, stream, jobs, ksplit, counters, OutFuse());
         else launch_k(pdl, k_gemm_skinny<TRANS_B, EPI, SKINNY_M>, g, dim3(256), 0, stream, jobs, ksplit, counters);
         return true;
     }
@@ -2447,7 +2441,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     if (w16_at == NULL) st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate the FP16 weight table");
     for (int pass = 0; pass < 2 && st == NNP_OK; pass++)
         for (int h = 0; h < s->n_hidden; h++) {
-            if (!(sizeof(real) == 4 && skinny_enabled() && mma_enabled() && (pass ? s->bwd_m : s->fwd_m)[h] <= 16)) continue;
+            if (!(sizeof(real) == 4 && runs_on_mma((pass ? s->bwd_m : s->fwd_m)[h]))) continue;
             const size_t j0 = pass ? s->bwd_job0[h] : s->fwd_job0[h];
             const int count = pass ? s->bwd_jobs[h] : s->fwd_jobs[h];
             for (int j = 0; j < count; j++) {
@@ -2504,8 +2498,8 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
        without split-K (float32, at most 16 rows per element; NNP_CUDA_FUSE_OUTPUT=0: k_output). */
     {
         const int L = s->n_hidden - 1;
-        s->fuse_output = sizeof(real) == 4 && L >= 1 && s->fwd_m[L] <= 16 && s->fwd_ksplit[L] == 1 && skinny_enabled() &&
-                         mma_enabled() && !(getenv("NNP_CUDA_FUSE_OUTPUT") && atoi(getenv("NNP_CUDA_FUSE_OUTPUT")) == 0);
+        s->fuse_output = sizeof(real) == 4 && L >= 1 && runs_on_mma(s->fwd_m[L]) && s->fwd_ksplit[L] == 1 &&
+                         !(getenv("NNP_CUDA_FUSE_OUTPUT") && atoi(getenv("NNP_CUDA_FUSE_OUTPUT")) == 0);
         TRY_ALLOC(s->out_partial, sizeof(float) * (s->fuse_output ? (size_t)s->fwd_jobs[L] * s->fwd_grid[L].x * 16 : 1));
     }
     if (st == NNP_OK) {
