@@ -99,6 +99,9 @@ public:
     std::vector<double> getBatchEnergies(OpenMM::Context& context) const;
     void updateParametersInContext(OpenMM::Context& context);
     static std::vector<std::string> getPluginLoadFailures();
+    static std::string findModel(const std::string& nameOrPath);
+    static std::vector<std::string> getModelSearchPath();
+    static void convertModel(const std::string& source, const std::string& destination);
 
     %extend {
         /** An OpenMM Force (e.g. from System.getForce()) as an NNPForce. */

@@ -36,8 +36,12 @@ if [ ! -x "$venv/bin/python" ]; then
   mkdir -p "$(dirname "$venv")"
   python3 -m venv "$venv"
 fi
-cuda_lib="$("$venv/bin/python" -c 'import os, openmm.version as v; print(v.openmm_library_path)' 2>/dev/null)/plugins/libOpenMMCUDA.so"
-if ! "$venv/bin/python" -c "import openmm, swig, pytest, numpy; assert openmm.__version__ == '8.6.1'" 2>/dev/null || [ ! -f "$cuda_lib" ]; then
+# (A command substitution that fails in an assignment would end the script under set -e: no OpenMM
+# yet is the normal case on a fresh machine, so the check runs inside the condition.)
+if ! "$venv/bin/python" -c "
+import os, openmm, swig, pytest, numpy, openmm.version as v
+assert openmm.__version__ == '8.6.1'
+assert os.path.isfile(os.path.join(v.openmm_library_path, 'plugins', 'libOpenMMCUDA.so'))" 2>/dev/null; then
   say "installing openmm==8.6.1, openmm-cuda-13==8.6.1, swig, numpy, pytest from PyPI into $venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "openmm==8.6.1" swig numpy pytest
   # OpenMM's CUDA platform library, to build the plugin's CUDA platform. Without --no-deps pip would

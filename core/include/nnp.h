@@ -81,10 +81,27 @@ NNP_API void nnp_free(void* ptr);
 /* ---------------------------------------------------------------- models */
 
 /**
- * Loads a model: the project's own single-file format (detected by its magic bytes) or the
- * NeuroChem layout of the ANI model zoo, given by its `<name>.info` file.
+ * Loads a model by name or path: a name (see nnp_model_find) is resolved first; a file is read in
+ * the project's own single-file format (detected by its magic bytes) or as the NeuroChem layout of
+ * the ANI model zoo, given by its `<name>.info` file.
  */
-NNP_API nnp_status nnp_model_load(const char* path, nnp_model** model);
+NNP_API nnp_status nnp_model_load(const char* name_or_path, nnp_model** model);
+/**
+ * Resolves a model name to a file. A *name* is 1-63 letters, digits, '-', '_' or '.', not starting
+ * with '.' and not ending in ".nnpm" or ".info" (e.g. "ani2x", "ani1x", "ani1ccx"); anything else is
+ * a path and is copied to `path` unchanged. A name resolves to `<name>.nnpm` in the first folder
+ * that holds one, in this order:
+ *   1. the folders of the environment variable NNP_MODEL_PATH (':'-separated), in order;
+ *   2. the per-user cache, $XDG_CACHE_HOME/openmm-nnp/models or ~/.cache/openmm-nnp/models;
+ *   3. `share/openmm-nnp/models` beside the folder of this library (where the openmm-nnp-models
+ *      wheel, an install prefix or a build tree put them).
+ * The first match is taken: a match that is not a readable regular file is an NNP_ERR_IO error, not
+ * skipped. An unknown name is an NNP_ERR_IO error whose message lists every place looked at and how
+ * to get the model. `path` receives at most `size` bytes including the terminating NUL.
+ */
+NNP_API nnp_status nnp_model_find(const char* name_or_path, char* path, size_t size);
+/** The folders nnp_model_find searches, in order, each followed by '\n', into `out` (`size` bytes). */
+NNP_API nnp_status nnp_model_search_path(char* out, size_t size);
 /** Loads the NeuroChem layout from `<name>.info`. Every size is checked against the files. */
 NNP_API nnp_status nnp_model_load_neurochem(const char* info_path, nnp_model** model);
 /** Loads the project's own format from memory (as written by nnp_model_save_buffer). */

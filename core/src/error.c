@@ -9,7 +9,7 @@
 #define NNP_STR2(x) #x
 #define NNP_STR(x) NNP_STR2(x)
 
-static _Thread_local char last_error[1024];
+static _Thread_local char last_error[4096];
 
 nnp_status nnp_fail(nnp_status status, const char* fmt, ...) {
     /* Format into a scratch buffer first: callers may pass nnp_last_error() as an argument. */

@@ -358,6 +358,10 @@ nnp_status nnp_model_load_buffer(const void* data, size_t size, nnp_model** mode
 nnp_status nnp_model_load(const char* path, nnp_model** model) {
     if (path == NULL || model == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_load: NULL argument");
     nnp_clear_error();
+    char resolved[4096];
+    nnp_status found = nnp_model_find(path, resolved, sizeof resolved);
+    if (found != NNP_OK) return found;
+    path = resolved;
     FILE* f = fopen(path, "rb");
     if (f == NULL) return nnp_fail(NNP_ERR_IO, "cannot open model file '%s'", path);
     unsigned char magic[8];

@@ -23,7 +23,8 @@ typedef enum { OpenMM_NNP_Ok = 0, OpenMM_NNP_Error = 1 } OpenMM_NNP_Status;
 /** Message of the last failed call on this thread ("" if none). */
 extern OPENMM_EXPORT_NNP const char* OpenMM_NNP_getLastError(void);
 
-/** Creates a force from a model file (.info or .nnpm); NULL on failure. */
+/** Creates a force from a model name ("ani2x", "ani1x", "ani1ccx": see NNPForce::findModel) or a
+ *  model file (.info or .nnpm); NULL on failure (the message says where a name was looked for). */
 extern OPENMM_EXPORT_NNP OpenMM_NNPForce* OpenMM_NNPForce_create(const char* modelPath);
 /** Destroys a force that was not added to a System (a System owns and destroys its forces). */
 extern OPENMM_EXPORT_NNP void OpenMM_NNPForce_destroy(OpenMM_NNPForce* target);

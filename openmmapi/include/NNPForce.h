@@ -31,15 +31,16 @@ public:
     /**
      * Creates a force that evaluates the given model.
      *
-     * @param modelPath  a NeuroChem `.info` file or an `.nnpm` file
-     * @throws OpenMMException if the model cannot be read or is corrupt
+     * @param modelPath  a model name ("ani2x", "ani1x", "ani1ccx": see findModel()), or the path of
+     *                   a NeuroChem `.info` file or an `.nnpm` file
+     * @throws OpenMMException if the name cannot be resolved, or the model cannot be read or is corrupt
      */
     explicit NNPForce(const std::string& modelPath);
     /** Creates a force from a model held in memory in the `.nnpm` format (used by deserialization). */
     static NNPForce* createFromModelData(const std::string& modelData, const std::string& modelPath);
     ~NNPForce();
 
-    /** The path the model was read from. */
+    /** The name or path the model was read from, as given to the constructor. */
     const std::string& getModelPath() const;
     /** The model's name (for example "ani-2x_8x"). */
     std::string getModelName() const;
@@ -99,6 +100,28 @@ public:
      * not be found). Empty when every platform library loaded.
      */
     static std::vector<std::string> getPluginLoadFailures();
+
+    /**
+     * Resolves a model name to the file it names; a path is returned unchanged. A name ("ani2x",
+     * "ani1x", "ani1ccx", …: letters, digits, '-', '_', '.', not ending in .nnpm or .info) is looked
+     * up as `<name>.nnpm` in the folders of getModelSearchPath(), first match wins.
+     * @throws OpenMMException if the name is found nowhere (the message lists where it looked), or
+     *         the match is not a readable file
+     */
+    static std::string findModel(const std::string& nameOrPath);
+    /**
+     * The folders searched for model names, in order: those of the environment variable
+     * NNP_MODEL_PATH (':'-separated), the per-user cache ($XDG_CACHE_HOME/openmm-nnp/models or
+     * ~/.cache/openmm-nnp/models), and share/openmm-nnp/models beside the plugin's library folder
+     * (where the openmm-nnp-models wheel installs the ANI models).
+     */
+    static std::vector<std::string> getModelSearchPath();
+    /**
+     * Reads a model (name or path, NeuroChem or `.nnpm`) and writes it to `destination` in the
+     * `.nnpm` format, creating or replacing that file.
+     * @throws OpenMMException if the model cannot be read or the file cannot be written
+     */
+    static void convertModel(const std::string& source, const std::string& destination);
 
     /** The loaded model, shared with the platform kernels (internal; not part of the stable API). */
     const std::shared_ptr<const NNPModel>& getInternalModel() const { return model; }

@@ -4,6 +4,7 @@
 #include "openmm/OpenMMException.h"
 
 #include <algorithm>
+#include <memory>
 #include <sstream>
 
 using namespace NNPPlugin;
@@ -102,6 +103,27 @@ vector<double> NNPForce::getBatchEnergies(Context& context) const {
 
 void NNPForce::updateParametersInContext(Context& context) {
     dynamic_cast<NNPForceImpl&>(getImplInContext(context)).updateParametersInContext(getContextImpl(context));
+}
+
+string NNPForce::findModel(const string& nameOrPath) {
+    vector<char> path(8192);
+    checkNNP(nnp_model_find(nameOrPath.c_str(), path.data(), path.size()), "cannot find model '" + nameOrPath + "'");
+    return string(path.data());
+}
+
+vector<string> NNPForce::getModelSearchPath() {
+    vector<char> text(65536);
+    checkNNP(nnp_model_search_path(text.data(), text.size()), "cannot list the model search path");
+    vector<string> folders;
+    std::istringstream lines(text.data());
+    for (string line; std::getline(lines, line);)
+        if (!line.empty()) folders.push_back(line);
+    return folders;
+}
+
+void NNPForce::convertModel(const string& source, const string& destination) {
+    std::unique_ptr<NNPModel> model(NNPModel::load(source));
+    checkNNP(nnp_model_save(model->get(), destination.c_str()), "cannot write model '" + destination + "'");
 }
 
 vector<string> NNPForce::getPluginLoadFailures() {

@@ -80,8 +80,10 @@ void NNPForceImpl::addKernelRegistrar(void (*registrar)()) {
 void NNPForceImpl::loadPlatformPlugins() {
     static std::once_flag once;
     std::call_once(once, [] {
-        // The platform libraries live beside this library: find it and load them from there, so that
-        // nothing needs LD_LIBRARY_PATH or OpenMM's plugin directory.
+        // The platform libraries live beside this library (build tree) or in plugins/ beside it (an
+        // install, and the wheels, where OpenMM itself loads them from its plugin folder at start-up):
+        // find this library and load what is not loaded yet, so that nothing needs LD_LIBRARY_PATH
+        // or OPENMM_PLUGIN_DIR.
         Dl_info info;
         if (dladdr(reinterpret_cast<void*>(&NNPForceImpl::loadPlatformPlugins), &info) == 0 || info.dli_fname == nullptr) {
             pluginLoadFailures().push_back("NNPForce: cannot locate libOpenMMNNP to find its platform libraries");
@@ -89,10 +91,15 @@ void NNPForceImpl::loadPlatformPlugins() {
         }
         string self = info.dli_fname;
         string dir = self.substr(0, self.find_last_of('/') + 1);
-        for (const char* name : {"libOpenMMNNPReference.so", "libOpenMMNNPCUDA.so"}) {
+        for (const char* name : {"libOpenMMNNPReference.so", "libOpenMMNNPCUDA.so", "plugins/libOpenMMNNPReference.so",
+                                 "plugins/libOpenMMNNPCUDA.so"}) {
             string path = dir + name;
             struct stat st;
-            if (stat(path.c_str(), &st) != 0) continue; // not built
+            if (stat(path.c_str(), &st) != 0) continue; // not built or not installed
+            if (void* loaded = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
+                dlclose(loaded); // OpenMM loaded it already; the registrars below cover new platforms
+                continue;
+            }
             try {
                 Platform::loadPluginLibrary(path);
             } catch (const std::exception& e) {

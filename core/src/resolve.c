@@ -1,0 +1,183 @@
+/*
+ * Model names: "ani2x", "ani1x", "ani1ccx" (or any other name of a model file) resolve to
+ * "<name>.nnpm" in the first of these folders that holds one:
+ *   1. each folder of NNP_MODEL_PATH (':'-separated), in order;
+ *   2. the per-user cache: $XDG_CACHE_HOME/openmm-nnp/models, else ~/.cache/openmm-nnp/models;
+ *   3. the models installed beside this library: <folder of libnnp>/../share/openmm-nnp/models
+ *      (the openmm-nnp-models wheel, an install prefix, or a build tree).
+ * Anything that is not a name is a path and is used as given.
+ */
+#define _GNU_SOURCE /* dladdr */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NNP_MODEL_SUFFIX ".nnpm"
+#define NNP_NAME_MAX 63
+
+static int ends_with(const char* s, const char* suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int is_name(const char* s) {
+    if (s == NULL || s[0] == '\0' || s[0] == '.' || strlen(s) > NNP_NAME_MAX) return 0;
+    for (const char* c = s; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' ||
+              *c == '_' || *c == '.'))
+            return 0;
+    return !ends_with(s, NNP_MODEL_SUFFIX) && !ends_with(s, ".info");
+}
+
+/* A growing text for the list of places looked at. */
+typedef struct text {
+    char buf[4096];
+    size_t len;
+} text;
+
+static void text_add(text* t, const char* fmt, const char* a, const char* b) {
+    if (t->len >= sizeof t->buf - 1) return;
+    int n = snprintf(t->buf + t->len, sizeof t->buf - t->len, fmt, a, b);
+    if (n > 0) t->len += (size_t)n < sizeof t->buf - t->len ? (size_t)n : sizeof t->buf - 1 - t->len;
+}
+
+/* Folder 3: <folder of the library that holds this function>/../share/openmm-nnp/models. */
+static int library_models_folder(char* out, size_t size) {
+    Dl_info info;
+    if (dladdr((void*)&nnp_model_find, &info) == 0 || info.dli_fname == NULL) return 0;
+    char* library = realpath(info.dli_fname, NULL);
+    if (library == NULL) return 0;
+    char* slash = strrchr(library, '/');
+    if (slash != NULL) *slash = '\0';              /* the library's folder */
+    slash = strrchr(library, '/');
+    int n = -1;
+    if (slash != NULL) {
+        *slash = '\0';                             /* its parent */
+        n = snprintf(out, size, "%s/share/openmm-nnp/models", library);
+    }
+    free(library);
+    return n > 0 && (size_t)n < size;
+}
+
+static int cache_folder(char* out, size_t size) {
+    const char* xdg = getenv("XDG_CACHE_HOME");
+    const char* home = getenv("HOME");
+    int n;
+    if (xdg != NULL && xdg[0] == '/')
+        n = snprintf(out, size, "%s/openmm-nnp/models", xdg);
+    else if (home != NULL && home[0] != '\0')
+        n = snprintf(out, size, "%s/.cache/openmm-nnp/models", home);
+    else
+        return 0;
+    return n > 0 && (size_t)n < size;
+}
+
+#define MAX_FOLDERS 32
+typedef struct folders {
+    int count;
+    char path[MAX_FOLDERS][4096];
+} folders;
+
+/* The folders searched for a name, in order. */
+static void search_folders(folders* f) {
+    f->count = 0;
+    const char* env = getenv("NNP_MODEL_PATH");
+    if (env != NULL) {
+        const char* start = env;
+        for (;;) {
+            const char* end = strchr(start, ':');
+            size_t len = end ? (size_t)(end - start) : strlen(start);
+            if (len > 0 && len < sizeof f->path[0] && f->count < MAX_FOLDERS - 2) {
+                memcpy(f->path[f->count], start, len);
+                f->path[f->count++][len] = '\0';
+            }
+            if (end == NULL) break;
+            start = end + 1;
+        }
+    }
+    if (cache_folder(f->path[f->count], sizeof f->path[0])) f->count++;
+    if (library_models_folder(f->path[f->count], sizeof f->path[0])) f->count++;
+}
+
+nnp_status nnp_model_search_path(char* out, size_t size) {
+    if (out == NULL || size == 0) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_search_path: NULL argument");
+    folders* f = malloc(sizeof *f);
+    if (f == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    search_folders(f);
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < f->count; i++) {
+        size_t k = strlen(f->path[i]);
+        if (len + k + 2 > size) {
+            free(f);
+            return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_search_path: buffer too small");
+        }
+        memcpy(out + len, f->path[i], k);
+        len += k;
+        out[len++] = '\n';
+        out[len] = '\0';
+    }
+    free(f);
+    return NNP_OK;
+}
+
+/* Looks for <folder>/<name>.nnpm. 1: found (path written), 0: absent, -1: failed (error set). */
+static int look_in(const char* folder, const char* name, char* path, size_t size, text* looked) {
+    char candidate[4200];
+    int n = snprintf(candidate, sizeof candidate, "%s/%s" NNP_MODEL_SUFFIX, folder, name);
+    if (n < 0 || (size_t)n >= sizeof candidate) return 0;
+    struct stat st;
+    if (stat(candidate, &st) != 0) {
+        text_add(looked, "\n  %s (%s)", candidate, errno == ENOENT ? "absent" : strerror(errno));
+        return 0;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        nnp_fail(NNP_ERR_IO, "model '%s': %s is not a regular file", name, candidate);
+        return -1;
+    }
+    if (access(candidate, R_OK) != 0) {
+        nnp_fail(NNP_ERR_IO, "model '%s': %s cannot be read (%s)", name, candidate, strerror(errno));
+        return -1;
+    }
+    if ((size_t)n >= size) {
+        nnp_fail(NNP_ERR_INVALID_ARGUMENT, "model '%s': the path %s is longer than the buffer", name, candidate);
+        return -1;
+    }
+    memcpy(path, candidate, (size_t)n + 1);
+    return 1;
+}
+
+nnp_status nnp_model_find(const char* name_or_path, char* path, size_t size) {
+    if (name_or_path == NULL || path == NULL || size == 0)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_find: NULL argument");
+    if (!is_name(name_or_path)) {
+        size_t n = strlen(name_or_path);
+        if (n >= size) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_find: path longer than the buffer");
+        memcpy(path, name_or_path, n + 1);
+        return NNP_OK;
+    }
+    const char* name = name_or_path;
+    folders* f = malloc(sizeof *f);
+    if (f == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    search_folders(f);
+    text looked = {{0}, 0};
+    const char* env = getenv("NNP_MODEL_PATH");
+    if (env == NULL || env[0] == '\0') text_add(&looked, "\n  NNP_MODEL_PATH%s%s (not set)", "", "");
+    int found = 0;
+    for (int i = 0; i < f->count && found == 0; i++) found = look_in(f->path[i], name, path, size, &looked);
+    free(f);
+    if (found < 0) return NNP_ERR_IO;
+    if (found) return NNP_OK;
+    return nnp_fail(NNP_ERR_IO,
+                    "model '%s' not found. Looked for %s" NNP_MODEL_SUFFIX " in:%s\n"
+                    "Install the ANI models with 'pip install openmm-nnp-models', or convert a copy of the ANI "
+                    "model zoo into the per-user cache with 'python -m openmmnnp.models install ZOO_FOLDER', or "
+                    "put %s" NNP_MODEL_SUFFIX " in a folder of NNP_MODEL_PATH, or pass the model file's path.",
+                    name, name, looked.buf, name);
+}
