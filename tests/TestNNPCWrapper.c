@@ -28,6 +28,12 @@ int main(void) {
     CHECK(strstr(OpenMM_NNP_getLastError(), "cannot open model file") != NULL);
     CHECK(OpenMM_NNPForce_create(NULL) == NULL);
     CHECK(OpenMM_NNPForce_addAtom(NULL, 0, 6, 0) == -1);
+    CHECK(OpenMM_NNPForce_create("ani9z") == NULL);
+    CHECK(strstr(OpenMM_NNP_getLastError(), "model 'ani9z' not found") != NULL);
+    /* A model by name (the build tree's or the installed models). */
+    OpenMM_NNPForce* named = OpenMM_NNPForce_create("ani1x");
+    CHECK(named != NULL);
+    if (named) OpenMM_NNPForce_destroy(named);
 
     /* Methane in batch 0 and the same methane shifted, in batch 2 (batch 1 empty). */
     OpenMM_System* system = OpenMM_System_create();

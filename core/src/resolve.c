@@ -127,8 +127,9 @@ nnp_status nnp_model_search_path(char* out, size_t size) {
     return NNP_OK;
 }
 
-/* Looks for <folder>/<name>.nnpm. 1: found (path written), 0: absent, -1: failed (error set). */
-static int look_in(const char* folder, const char* name, char* path, size_t size, text* looked) {
+/* Looks for <folder>/<name>.nnpm. 1: found (path written), 0: absent, -1: failed (*status and the
+   message set). */
+static int look_in(const char* folder, const char* name, char* path, size_t size, text* looked, nnp_status* status) {
     char candidate[4200];
     int n = snprintf(candidate, sizeof candidate, "%s/%s" NNP_MODEL_SUFFIX, folder, name);
     if (n < 0 || (size_t)n >= sizeof candidate) return 0;
@@ -138,15 +139,16 @@ static int look_in(const char* folder, const char* name, char* path, size_t size
         return 0;
     }
     if (!S_ISREG(st.st_mode)) {
-        nnp_fail(NNP_ERR_IO, "model '%s': %s is not a regular file", name, candidate);
+        *status = nnp_fail(NNP_ERR_IO, "model '%s': %s is not a regular file", name, candidate);
         return -1;
     }
     if (access(candidate, R_OK) != 0) {
-        nnp_fail(NNP_ERR_IO, "model '%s': %s cannot be read (%s)", name, candidate, strerror(errno));
+        *status = nnp_fail(NNP_ERR_IO, "model '%s': %s cannot be read (%s)", name, candidate, strerror(errno));
         return -1;
     }
     if ((size_t)n >= size) {
-        nnp_fail(NNP_ERR_INVALID_ARGUMENT, "model '%s': the path %s is longer than the buffer", name, candidate);
+        *status = nnp_fail(NNP_ERR_INVALID_ARGUMENT, "model '%s': the path %s is longer than the buffer", name,
+                           candidate);
         return -1;
     }
     memcpy(path, candidate, (size_t)n + 1);
@@ -170,9 +172,10 @@ nnp_status nnp_model_find(const char* name_or_path, char* path, size_t size) {
     const char* env = getenv("NNP_MODEL_PATH");
     if (env == NULL || env[0] == '\0') text_add(&looked, "\n  NNP_MODEL_PATH%s%s (not set)", "", "");
     int found = 0;
-    for (int i = 0; i < f->count && found == 0; i++) found = look_in(f->path[i], name, path, size, &looked);
+    nnp_status status = NNP_OK;
+    for (int i = 0; i < f->count && found == 0; i++) found = look_in(f->path[i], name, path, size, &looked, &status);
     free(f);
-    if (found < 0) return NNP_ERR_IO;
+    if (found < 0) return status;
     if (found) return NNP_OK;
     return nnp_fail(NNP_ERR_IO,
                     "model '%s' not found. Looked for %s" NNP_MODEL_SUFFIX " in:%s\n"

@@ -247,6 +247,33 @@ int main(void) {
     replace("sae", "bad.xyz", xx_xyz, sizeof xx_xyz - 1);
     CHECK_FAILS(nnp_xyz_read(path, &na, &zz, &pp, NULL, NULL), NNP_ERR_ELEMENT, "Xx");
 
+    printf("model names:\n");
+    {
+        char found[4096], folders[8192], dir[4200], file[4300];
+        snprintf(dir, sizeof dir, "%s/names", tmpdir);
+        CHECK(mkdir(dir, 0755) == 0);
+        setenv("NNP_MODEL_PATH", dir, 1);
+        CHECK_OK(nnp_model_search_path(folders, sizeof folders));
+        CHECK(strncmp(folders, dir, strlen(dir)) == 0 && strstr(folders, "/share/openmm-nnp/models\n") != NULL);
+        /* A name found nowhere: every place is listed, and how to get the model. */
+        CHECK_FAILS(nnp_model_load("ani9z", &m), NNP_ERR_IO, "model 'ani9z' not found");
+        CHECK(strstr(nnp_last_error(), dir) != NULL && strstr(nnp_last_error(), "pip install openmm-nnp-models") != NULL);
+        /* A name in NNP_MODEL_PATH: found and loaded (here the zoo copy, saved under the name). */
+        snprintf(file, sizeof file, "%s/tiny.nnpm", dir);
+        CHECK_OK(nnp_model_save(ok_model, file));
+        CHECK_OK(nnp_model_find("tiny", found, sizeof found));
+        CHECK(strcmp(found, file) == 0);
+        nnp_model* named = NULL;
+        CHECK_OK(nnp_model_load("tiny", &named));
+        CHECK(named != NULL && nnp_model_num_members(named) == 1);
+        nnp_model_free(named);
+        /* Paths stay paths; a too-small buffer is an error, not a cut path. */
+        CHECK_OK(nnp_model_find("./tiny", found, sizeof found));
+        CHECK(strcmp(found, "./tiny") == 0);
+        CHECK_FAILS(nnp_model_find("tiny", found, 8), NNP_ERR_INVALID_ARGUMENT, "longer than the buffer");
+        unsetenv("NNP_MODEL_PATH");
+    }
+
     printf("messages are per thread:\n");
     nnp_model_load("/nonexistent/main.info", &m);
     pthread_t t;

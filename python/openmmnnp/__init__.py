@@ -1,7 +1,7 @@
 """openmmnnp: ANI neural-network potentials for many molecules at once in OpenMM.
 
     import openmm, openmmnnp
-    force = openmmnnp.NNPForce("ani-model-zoo/ani-2x_8x.info")
+    force = openmmnnp.NNPForce("ani2x")               # a model name, or a .info / .nnpm path
     force.addAtom(particle, element, batch)      # element: atomic number or openmm.app.Element
     system.addForce(force)
     force.getBatchEnergies(context)              # Quantity, kJ/mol, one value per batch
@@ -10,6 +10,7 @@ Integrators: :class:`NNPLangevinIntegrator` and :class:`NNPVerletIntegrator` rep
 CUDA graphs on the CUDA platform (OpenMM's own kernels elsewhere), e.g.
 ``NNPLangevinIntegrator(300*kelvin, 1/picosecond, 0.5*femtoseconds)``.
 
+Models by name: :mod:`openmmnnp.models` (``python -m openmmnnp.models``).
 Helpers: :func:`createForceFromTopology`, :func:`readXYZ`, :func:`createSystemFromXYZ`,
 :class:`BatchEnergyReporter`; the main job is ``python -m openmmnnp.simulate``.
 Errors raise :class:`openmm.OpenMMException`.
@@ -52,5 +53,6 @@ NNPForce.getPluginLoadFailures()  # loads the platform libraries now, so platfor
 
 
 def pluginLoadFailures():
-    """Failures while loading OpenMM's plugins and this plugin's platform libraries."""
-    return list(_openmm.Platform.getPluginLoadFailures()) + list(NNPForce.getPluginLoadFailures())
+    """Failures while loading OpenMM's plugins and this plugin's platform libraries (each once)."""
+    failures = list(_openmm.Platform.getPluginLoadFailures()) + list(NNPForce.getPluginLoadFailures())
+    return list(dict.fromkeys(failures))

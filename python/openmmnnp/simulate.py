@@ -1,6 +1,6 @@
 """The main job: a batched ANI simulation of many drug-like molecules in one OpenMM System.
 
-    python -m openmmnnp.simulate [--molecules DIR] [--model PATH] [--count N] [--steps N] ...
+    python -m openmmnnp.simulate [--molecules DIR] [--model NAME|PATH] [--count N] [--steps N] ...
 
 Each XYZ file becomes one batch. The System is energy-minimised, then run with Langevin dynamics on
 the fastest platform available (NNPLangevinIntegrator: on CUDA, whole steps replayed from CUDA graphs;
@@ -28,7 +28,7 @@ def sharedDirectory():
     here = os.getcwd()
     while True:
         candidate = os.path.join(os.path.dirname(here), "shared")
-        if os.path.isdir(os.path.join(candidate, "models")):
+        if os.path.isdir(os.path.join(candidate, "molecules")):
             return candidate
         parent = os.path.dirname(here)
         if parent == here:
@@ -74,7 +74,8 @@ def main(argv=None):
     shared = sharedDirectory()
     parser = argparse.ArgumentParser(prog="python -m openmmnnp.simulate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--molecules", help="folder of XYZ files, one molecule each (default: shared/molecules/druglike)")
-    parser.add_argument("--model", help="ANI model: NeuroChem .info or .nnpm (default: ANI-2x from shared/models)")
+    parser.add_argument("--model", default="ani2x",
+                        help="ANI model: a name (ani2x, ani1x, ani1ccx) or a NeuroChem .info / .nnpm file (default: ani2x)")
     parser.add_argument("--count", type=int, help="number of molecules (default: sized for the platform)")
     parser.add_argument("--steps", type=int, help="MD steps (default: sized for the platform)")
     parser.add_argument("--platform", help="OpenMM platform (default: the fastest: CUDA, CPU, Reference)")
@@ -88,11 +89,14 @@ def main(argv=None):
                         help="nnp: NNPLangevinIntegrator (CUDA graphs on CUDA; default); openmm: LangevinMiddleIntegrator")
     args = parser.parse_args(argv)
 
-    model = args.model or (shared and os.path.join(shared, "models", "ani-model-zoo", "ani-2x_8x.info"))
-    if not model or not os.path.exists(model):
-        sys.exit(f"No ANI model at {model!r}. Pass --model PATH (an ANI model zoo .info file such as "
-                 "ani-2x_8x.info, or an .nnpm file made by nnp-convert), or set NNP_SHARED_DIR to the "
-                 "folder that holds models/ani-model-zoo/.")
+    model = args.model
+    try:
+        found = NNPForce.findModel(model)
+    except openmm.OpenMMException as e:
+        sys.exit(f"{e}\nPass --model NAME or --model PATH (an ANI model zoo .info file or an .nnpm file).")
+    if not os.path.isfile(found):
+        sys.exit(f"No ANI model file at {model!r}. Pass --model NAME or --model PATH (an ANI model zoo .info "
+                 "file or an .nnpm file).")
     folder = args.molecules or (shared and os.path.join(shared, "molecules", "druglike"))
     files = sorted(glob.glob(os.path.join(folder, "*.xyz"))) if folder else []
     if not files:

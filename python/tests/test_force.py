@@ -77,14 +77,12 @@ def test_errors_are_openmm_exceptions(tmp_path):
     force = openmmnnp.NNPForce(ANI1X)
     assert force.getModelPath() == ANI1X
     converted = tmp_path / "ani1x.nnpm"
-    converter = os.path.join(os.path.dirname(openmmnnp.__file__), "..", "..", "core", "nnp-convert")
-    if os.path.exists(converter):
-        os.system(f"{converter} {ANI1X} {converted} > /dev/null")
-        data = converted.read_bytes()
-        assert openmmnnp.NNPForce(str(converted)).getModelName() == "ani-1x_8x"
-        (tmp_path / "cut.nnpm").write_bytes(data[: len(data) // 2])
-        with pytest.raises(openmm.OpenMMException, match="truncated"):
-            openmmnnp.NNPForce(str(tmp_path / "cut.nnpm"))
+    openmmnnp.NNPForce.convertModel(ANI1X, str(converted))
+    data = converted.read_bytes()
+    assert openmmnnp.NNPForce(str(converted)).getModelName() == "ani-1x_8x"
+    (tmp_path / "cut.nnpm").write_bytes(data[: len(data) // 2])
+    with pytest.raises(openmm.OpenMMException, match="truncated"):
+        openmmnnp.NNPForce(str(tmp_path / "cut.nnpm"))
     with pytest.raises(openmm.OpenMMException, match="element S"):
         force.addAtom(0, 16, 0)
     with pytest.raises(openmm.OpenMMException, match="batch index -1"):

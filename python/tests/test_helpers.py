@@ -74,4 +74,8 @@ def test_main_job_runs():
     assert "ns/day" in result.stdout and "molecule-steps/s" in result.stdout
     missing = subprocess.run([sys.executable, "-m", "openmmnnp.simulate", "--model", "/nonexistent.info"],
                              capture_output=True, text=True)
-    assert missing.returncode != 0 and "Pass --model PATH" in missing.stderr
+    assert missing.returncode != 0 and "Pass --model NAME or --model PATH" in missing.stderr
+    unknown = subprocess.run([sys.executable, "-m", "openmmnnp.simulate", "--model", "ani9z"],
+                             capture_output=True, text=True)
+    assert unknown.returncode != 0 and "model 'ani9z' not found" in unknown.stderr
+    assert "pip install openmm-nnp-models" in unknown.stderr and "Traceback" not in unknown.stderr
