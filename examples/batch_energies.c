@@ -3,7 +3,8 @@
  *
  *   batch_energies MODEL XYZ [XYZ ...]
  *
- * MODEL is an ANI model (NeuroChem .info of the ANI model zoo, or an .nnpm file). Every XYZ file
+ * MODEL is an ANI model: a name (ani1x, ani1ccx, ani2x; see nnp_model_find) or a path to a
+ * NeuroChem .info of the ANI model zoo or an .nnpm file. Every XYZ file
  * becomes one batch. Prints each molecule's energy and the largest force on its atoms.
  */
 #define _POSIX_C_SOURCE 200809L

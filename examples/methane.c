@@ -1,16 +1,17 @@
 /* Example (C): methane with ANI-1x through OpenMM's C API and the NNP plugin's C wrapper.
-   methane MODEL.info */
+   methane [MODEL]   (a model name such as ani1x, the default, or a .info / .nnpm path) */
 #include "NNPCWrapper.h"
 
 #include <stdio.h>
 
 int main(int argc, char** argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: methane MODEL\n");
+    if (argc > 2) {
+        fprintf(stderr, "usage: methane [MODEL]\n");
         return 2;
     }
+    const char* model = argc == 2 ? argv[1] : "ani1x";
     OpenMM_Platform_loadPluginsFromDirectory(OpenMM_Platform_getDefaultPluginsDirectory());
-    OpenMM_NNPForce* force = OpenMM_NNPForce_create(argv[1]);
+    OpenMM_NNPForce* force = OpenMM_NNPForce_create(model);
     if (force == NULL) {
         fprintf(stderr, "error: %s\n", OpenMM_NNP_getLastError());
         return 1;

@@ -1,6 +1,7 @@
 // Example (C++): two drug-like molecules as two batches of one NNPForce, a few MD steps, and the
 // energy of each molecule, with the plugin's Langevin integrator (whole steps from CUDA graphs on the
-// CUDA platform).   two_molecules MODEL.info MOLECULE1.xyz MOLECULE2.xyz
+// CUDA platform).   two_molecules MODEL MOLECULE1.xyz MOLECULE2.xyz
+// MODEL: a model name (ani1x, ani1ccx, ani2x) or a path to a .info / .nnpm file.
 #include "NNPForce.h"
 #include "NNPIntegrators.h"
 #include "OpenMM.h"

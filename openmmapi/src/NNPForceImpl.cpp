@@ -4,6 +4,7 @@
 #include "openmm/Platform.h"
 #include "openmm/internal/ContextImpl.h"
 
+#include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
 #include <set>
@@ -89,8 +90,13 @@ void NNPForceImpl::loadPlatformPlugins() {
             pluginLoadFailures().push_back("NNPForce: cannot locate libOpenMMNNP to find its platform libraries");
             return;
         }
-        string self = info.dli_fname;
+        // The canonical path: the library may have been found through a RUNPATH such as plugins/..
+        // and OpenMM reports the failures of its own plugin loading under canonical paths.
+        char* resolved = realpath(info.dli_fname, nullptr);
+        string self = resolved != nullptr ? resolved : info.dli_fname;
+        free(resolved);
         string dir = self.substr(0, self.find_last_of('/') + 1);
+        const vector<string> openmmFailures = Platform::getPluginLoadFailures();
         for (const char* name : {"libOpenMMNNPReference.so", "libOpenMMNNPCUDA.so", "plugins/libOpenMMNNPReference.so",
                                  "plugins/libOpenMMNNPCUDA.so"}) {
             string path = dir + name;
@@ -100,6 +106,10 @@ void NNPForceImpl::loadPlatformPlugins() {
                 dlclose(loaded); // OpenMM loaded it already; the registrars below cover new platforms
                 continue;
             }
+            bool triedByOpenMM = false; // and failed: its failure is reported already, once is enough
+            for (const string& failure : openmmFailures)
+                triedByOpenMM = triedByOpenMM || failure.find(path + ":") != string::npos;
+            if (triedByOpenMM) continue;
             try {
                 Platform::loadPluginLibrary(path);
             } catch (const std::exception& e) {

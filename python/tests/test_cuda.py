@@ -1,0 +1,136 @@
+"""NNPForce and the NNP integrators on OpenMM's CUDA platform, from Python: energies, forces and
+per-batch energies against the Reference platform, whole steps replayed from CUDA graphs, XML.
+Skipped (saying why) where no CUDA platform loads, as on a machine without an NVIDIA GPU."""
+import numpy as np
+import openmm
+import pytest
+from openmm import unit
+
+import openmmnnp
+from conftest import drug
+
+try:
+    CUDA = openmm.Platform.getPlatformByName("CUDA")
+except openmm.OpenMMException:
+    CUDA = None
+pytestmark = pytest.mark.skipif(CUDA is None or not (CUDA and CUDA.supportsKernels(["CalcNNPForce"])),
+                                reason="no CUDA platform with NNPForce here (no NVIDIA driver, or the "
+                                       "openmm-nnp-cuda-13 plugin is not installed)")
+
+# H, C, N, O only (ANI-1x): drugbank-0030 (22 atoms), -0147 (39), -0009 (40).
+MOLECULES = [drug("0030"), drug("0147"), drug("0009")]
+# Mixed precision: float32 networks and AEVs, double energy sums. Measured errors against the
+# Reference platform (double) are about 1e-10 relative for energies and 3e-6 relative RMS for forces.
+ENERGY_TOLERANCE = {"mixed": 1e-8, "double": 1e-11}
+FORCE_TOLERANCE = {"mixed": 2e-5, "double": 1e-9}
+
+
+def system_and_positions():
+    system, _, positions, force, _ = openmmnnp.createSystemFromXYZ("ani1x", MOLECULES)
+    return system, positions, force
+
+
+def evaluate(system, positions, force, platform, properties=None):
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), platform, properties or {})
+    context.setPositions(positions)
+    state = context.getState(getEnergy=True, getForces=True)
+    energy = state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+    forces = state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer)
+    batches = np.array(force.getBatchEnergies(context).value_in_unit(unit.kilojoule_per_mole))
+    return energy, forces, batches
+
+
+@pytest.mark.parametrize("precision", ["mixed", "double"])
+def test_energies_forces_batches_match_reference(precision):
+    system, positions, force = system_and_positions()
+    e_ref, f_ref, b_ref = evaluate(system, positions, force, openmm.Platform.getPlatformByName("Reference"))
+    e, f, b = evaluate(system, positions, force, CUDA, {"Precision": precision})
+    assert len(b) == len(b_ref) == len(MOLECULES)
+    assert abs(e - e_ref) <= ENERGY_TOLERANCE[precision] * abs(e_ref), (e, e_ref)
+    assert np.all(np.abs(b - b_ref) <= ENERGY_TOLERANCE[precision] * np.abs(b_ref)), (b, b_ref)
+    assert abs(b.sum() - e) <= 1e-12 * abs(e)
+    rms = np.sqrt(np.mean((f - f_ref) ** 2) / np.mean(f_ref ** 2))
+    assert rms <= FORCE_TOLERANCE[precision], rms
+    # Independent molecules: each batch energy equals that molecule evaluated alone.
+    alone, _, p, force1, _ = openmmnnp.createSystemFromXYZ("ani1x", MOLECULES[1:2])
+    e1, _, _ = evaluate(alone, p, force1, CUDA, {"Precision": precision})
+    assert abs(e1 - b[1]) <= ENERGY_TOLERANCE[precision] * abs(e1)
+
+
+def positions_after(system, positions, integrator, calls):
+    context = openmm.Context(system, integrator, CUDA, {"Precision": "mixed"})
+    context.setPositions(positions)
+    context.setVelocitiesToTemperature(300 * unit.kelvin, 5)
+    for n in calls:
+        integrator.step(n)
+    state = context.getState(getPositions=True, getVelocities=True)
+    return (state.getPositions(asNumpy=True).value_in_unit(unit.nanometer),
+            state.getVelocities(asNumpy=True).value_in_unit(unit.nanometer / unit.picosecond))
+
+
+def test_verlet_graphs_match_eager_and_openmm():
+    system, positions, _ = system_and_positions()
+    calls = [1, 23, 20, 3, 0, 7]
+    graphs = openmmnnp.NNPVerletIntegrator(0.5 * unit.femtoseconds)
+    graphs.setStepsPerGraph(10)
+    replayed = positions_after(system, positions, graphs, calls)
+    assert graphs.isReplayingGraphs() and graphs.getFallbackReason() == ""
+    assert graphs.getNumGraphRecordings() == 4  # graphs of 10, 2, 1 and 4 steps
+    eager = openmmnnp.NNPVerletIntegrator(0.5 * unit.femtoseconds)
+    eager.setUseGraphs(False)
+    stepped = positions_after(system, positions, eager, calls)
+    assert not eager.isReplayingGraphs() and eager.getNumGraphRecordings() == 0
+    theirs = positions_after(system, positions, openmm.VerletIntegrator(0.5 * unit.femtoseconds), calls)
+    for a, b in zip(replayed, stepped):
+        assert np.array_equal(a, b)
+    for a, b in zip(replayed, theirs):
+        assert np.array_equal(a, b)
+
+
+def test_langevin_graphs_reproducible_and_sampling():
+    system, positions, _ = system_and_positions()
+
+    def run(seed, graphs):
+        integrator = openmmnnp.NNPLangevinIntegrator(300 * unit.kelvin, 5 / unit.picosecond, 0.5 * unit.femtoseconds)
+        integrator.setRandomNumberSeed(seed)
+        integrator.setStepsPerGraph(4)
+        integrator.setUseGraphs(graphs)
+        result = positions_after(system, positions, integrator, [9] * 4)
+        assert integrator.isReplayingGraphs() == graphs
+        return result[0]
+
+    first, again, eager, other = run(1234, True), run(1234, True), run(1234, False), run(4321, True)
+    assert np.array_equal(first, again)
+    assert np.array_equal(first, eager)
+    assert np.max(np.abs(first - other)) > 1e-6
+    # The thermostat works from graphs: 40 molecules of ANI-1x at 300 K for 2,000 steps.
+    system, _, positions, _, _ = openmmnnp.createSystemFromXYZ("ani1x", MOLECULES * 14)
+    integrator = openmmnnp.NNPLangevinIntegrator(300 * unit.kelvin, 10 / unit.picosecond, 0.5 * unit.femtoseconds)
+    context = openmm.Context(system, integrator, CUDA, {"Precision": "mixed"})
+    context.setPositions(positions)
+    openmm.LocalEnergyMinimizer.minimize(context, 10.0, 50)
+    context.setVelocitiesToTemperature(300 * unit.kelvin, 3)
+    integrator.step(500)
+    temperatures = []
+    dof = 3 * system.getNumParticles() - 3
+    for _ in range(15):
+        integrator.step(100)
+        kinetic = context.getState(getEnergy=True).getKineticEnergy()
+        temperatures.append((2 * kinetic / (dof * unit.MOLAR_GAS_CONSTANT_R)).value_in_unit(unit.kelvin))
+    assert integrator.isReplayingGraphs()
+    assert 270 < np.mean(temperatures) < 330, temperatures
+
+
+def test_xml_round_trip_on_cuda():
+    system, positions, force = system_and_positions()
+    copy = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(system))
+    forces = [openmmnnp.NNPForce.cast(f) for f in copy.getForces() if f.getName() == force.getName()]
+    assert len(forces) == 1 and forces[0].getModelPath() == force.getModelPath()
+    e, f, b = evaluate(system, positions, force, CUDA)
+    e2, f2, b2 = evaluate(copy, positions, forces[0], CUDA)
+    assert e == e2 and np.array_equal(f, f2) and np.array_equal(b, b2)
+    integrator = openmmnnp.NNPVerletIntegrator.cast(
+        openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(openmmnnp.NNPVerletIntegrator(0.0005))))
+    a = positions_after(system, positions, integrator, [20])
+    b = positions_after(copy, positions, openmmnnp.NNPVerletIntegrator(0.0005), [20])
+    assert np.array_equal(a[0], b[0]) and integrator.isReplayingGraphs()

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The wheels on the GPU machine (no network, no OpenMM, Python 3.12, the CUDA 13 toolkit):
+#   scripts/gpu-wheels.sh pack   here: builds the three wheels for Python 3.12 into the ignored folder
+#                                .device-wheels/ with OpenMM's own wheels and the drug-like molecules
+#                                (the models wheel with ANI-1x and ANI-1ccx only: with ANI-2x it is
+#                                71 MB, over the 64 MiB a device call carries);
+#   scripts/gpu-wheels.sh test   there (carry .device-wheels): installs the wheels into a new
+#                                environment, then ldd -r, selfcheck, the Python CUDA tests, the same
+#                                under compute-sanitizer memcheck, and a short main job with ANI-1x;
+#                                logs in $OUT/gpu-wheels.tar.gz.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+d="$root/.device-wheels"
+say() { printf '\033[1m[gpu-wheels]\033[0m %s\n' "$*"; }
+
+pack() {
+  local shared="${NNP_SHARED_DIR:-$root/../shared}" py312="${NNP_PYTHON312:-$(command -v python3.12 || echo /root/.pyenv/versions/3.12.1/bin/python3)}"
+  grep -qx "/.device-wheels/" "$root/.git/info/exclude" 2>/dev/null || echo "/.device-wheels/" >> "$root/.git/info/exclude"
+  rm -rf "$d" && mkdir -p "$d/wheels"
+  NNP_PYTHON="$py312" NNP_VENV="${NNP_VENV312:-$HOME/.cache/openmm-nnp/venv312}" NNP_WHEEL_BUILD="$root/build-wheel" \
+    NNP_MODELS="ani1x;ani1ccx" "$root/scripts/build-wheels.sh" "$d/wheels"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_34_x86_64 -d "$d/wheels" openmm==8.6.1 openmm-cuda-13==8.6.1 pytest iniconfig pluggy packaging
+  tar cf - -C "$shared" molecules/druglike | xz -9 > "$d/molecules.tar.xz"
+  du -sh "$d"; ls -l "$d/wheels"
+}
+
+test_there() {
+  local out="${OUT:-/tmp/out}" tmp status=0
+  tmp="$(mktemp -d)"
+  mkdir -p "$out" "$tmp/logs"
+  tar xJf "$d/molecules.tar.xz" -C "$tmp"
+  (
+    set -x
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+    python3 -m venv --system-site-packages "$tmp/venv"
+    # --no-deps: OpenMM's NVIDIA runtime wheels are not carried; the machine's CUDA 13 toolkit stands in.
+    "$tmp/venv/bin/pip" install -q --no-index --no-deps "$d"/wheels/*.whl
+    "$tmp/venv/bin/pip" list 2>/dev/null | grep -iE "^(openmm|numpy|pytest)"
+  ) > "$tmp/logs/install.log" 2>&1 || status=1
+  local py="$tmp/venv/bin/python"
+  local site; site="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"
+  # libOpenMMCUDA's RUNPATH expects openmm-cuda-13's NVIDIA wheels in site-packages/nvidia/cu13/lib.
+  if [ ! -e "$site/nvidia/cu13/lib" ]; then
+    mkdir -p "$site/nvidia/cu13" && ln -s "${CUDA_HOME:-/usr/local/cuda}/lib64" "$site/nvidia/cu13/lib"
+    echo "nvidia/cu13/lib -> ${CUDA_HOME:-/usr/local/cuda}/lib64 (the toolkit's cuFFT and NVRTC)" >> "$tmp/logs/install.log"
+  fi
+  cd "$tmp"
+  export NNP_SHARED_DIR="$tmp" XDG_CACHE_HOME="$tmp/cache"
+  unset NNP_MODEL_PATH PYTHONPATH
+  for lib in "$site"/OpenMM.libs/lib/libOpenMMNNP.so "$site"/OpenMM.libs/lib/libnnp.so \
+             "$site"/OpenMM.libs/lib/plugins/libOpenMMNNPReference.so "$site"/OpenMM.libs/lib/plugins/libOpenMMNNPCUDA.so; do
+    echo "== $lib"; ldd -r "$lib" | grep -E "not found|undefined symbol" || echo "all resolved"
+  done > "$tmp/logs/ldd.log" 2>&1
+  "$py" -m openmmnnp.selfcheck > "$tmp/logs/selfcheck.log" 2>&1 || status=1
+  cp -r "$root/python/tests" "$tmp/tests"
+  "$py" -m pytest -v -p no:cacheprovider "$tmp/tests/test_cuda.py" > "$tmp/logs/pytest-cuda.log" 2>&1 || status=1
+  compute-sanitizer --tool memcheck --error-exitcode 3 "$py" -m pytest -q -p no:cacheprovider \
+    "$tmp/tests/test_cuda.py" -k "energies or verlet or xml" > "$tmp/logs/memcheck.log" 2>&1 || status=1
+  mkdir -p "$tmp/hcno"
+  for f in "$tmp"/molecules/druglike/*.xyz; do
+    awk 'NR > 2 && $1 !~ /^(H|C|N|O)$/ { bad = 1 } END { exit bad }' "$f" && ln -s "$f" "$tmp/hcno/"
+  done
+  "$py" -m openmmnnp.simulate --model ani1x --molecules "$tmp/hcno" --steps 2000 > "$tmp/logs/main-job.log" 2>&1 || status=1
+  tar czf "$out/gpu-wheels.tar.gz" -C "$tmp" logs
+  for f in install ldd selfcheck; do echo "--- $f"; tail -n 25 "$tmp/logs/$f.log"; done
+  echo "--- pytest-cuda"; grep -E "PASS|FAIL|SKIP|ERROR|passed|failed" "$tmp/logs/pytest-cuda.log" | tail -n 12
+  echo "--- memcheck"; tail -n 4 "$tmp/logs/memcheck.log"
+  echo "--- main job"; tail -n 8 "$tmp/logs/main-job.log"
+  return $status
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  test) test_there ;;
+  *) echo "usage: scripts/gpu-wheels.sh pack|test" >&2; exit 2 ;;
+esac
