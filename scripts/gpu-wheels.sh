@@ -14,13 +14,21 @@ d="$root/.device-wheels"
 say() { printf '\033[1m[gpu-wheels]\033[0m %s\n' "$*"; }
 
 pack() {
-  local shared="${NNP_SHARED_DIR:-$root/../shared}" py312="${NNP_PYTHON312:-$(command -v python3.12 || echo /root/.pyenv/versions/3.12.1/bin/python3)}"
+  local shared="${NNP_SHARED_DIR:-$root/../shared}" py312="${NNP_PYTHON312:-}" candidate
+  # The GPU machine's Python is 3.12: the openmm-nnp wheel must be cp312.
+  if [ -z "$py312" ]; then
+    for candidate in python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3; do
+      "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { py312="$candidate"; break; }
+    done
+  fi
+  [ -n "$py312" ] || { echo "gpu-wheels: no Python 3.12 found (set NNP_PYTHON312)" >&2; exit 1; }
   grep -qx "/.device-wheels/" "$root/.git/info/exclude" 2>/dev/null || echo "/.device-wheels/" >> "$root/.git/info/exclude"
   rm -rf "$d" && mkdir -p "$d/wheels"
   NNP_PYTHON="$py312" NNP_VENV="${NNP_VENV312:-$HOME/.cache/openmm-nnp/venv312}" NNP_WHEEL_BUILD="$root/build-wheel" \
     NNP_MODELS="ani1x;ani1ccx" "$root/scripts/build-wheels.sh" "$d/wheels"
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_34_x86_64 -d "$d/wheels" openmm==8.6.1 openmm-cuda-13==8.6.1 pytest iniconfig pluggy packaging
+    --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux2014_x86_64 -d "$d/wheels" openmm==8.6.1 openmm-cuda-13==8.6.1 "numpy>=2" pytest iniconfig pluggy packaging pygments
   tar cf - -C "$shared" molecules/druglike | xz -9 > "$d/molecules.tar.xz"
   du -sh "$d"; ls -l "$d/wheels"
 }
@@ -39,6 +47,7 @@ test_there() {
     "$tmp/venv/bin/pip" list 2>/dev/null | grep -iE "^(openmm|numpy|pytest)"
   ) > "$tmp/logs/install.log" 2>&1 || status=1
   local py="$tmp/venv/bin/python"
+  [ "$status" -eq 0 ] || { cat "$tmp/logs/install.log"; tar czf "$out/gpu-wheels.tar.gz" -C "$tmp" logs; return 1; }
   local site; site="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"
   # libOpenMMCUDA's RUNPATH expects openmm-cuda-13's NVIDIA wheels in site-packages/nvidia/cu13/lib.
   if [ ! -e "$site/nvidia/cu13/lib" ]; then
@@ -54,7 +63,7 @@ test_there() {
   done > "$tmp/logs/ldd.log" 2>&1
   "$py" -m openmmnnp.selfcheck > "$tmp/logs/selfcheck.log" 2>&1 || status=1
   cp -r "$root/python/tests" "$tmp/tests"
-  "$py" -m pytest -v -p no:cacheprovider "$tmp/tests/test_cuda.py" > "$tmp/logs/pytest-cuda.log" 2>&1 || status=1
+  "$py" -m pytest -v -s -p no:cacheprovider "$tmp/tests/test_cuda.py" > "$tmp/logs/pytest-cuda.log" 2>&1 || status=1
   compute-sanitizer --tool memcheck --error-exitcode 3 "$py" -m pytest -q -p no:cacheprovider \
     "$tmp/tests/test_cuda.py" -k "energies or verlet or xml" > "$tmp/logs/memcheck.log" 2>&1 || status=1
   mkdir -p "$tmp/hcno"
@@ -64,7 +73,7 @@ test_there() {
   "$py" -m openmmnnp.simulate --model ani1x --molecules "$tmp/hcno" --steps 2000 > "$tmp/logs/main-job.log" 2>&1 || status=1
   tar czf "$out/gpu-wheels.tar.gz" -C "$tmp" logs
   for f in install ldd selfcheck; do echo "--- $f"; tail -n 25 "$tmp/logs/$f.log"; done
-  echo "--- pytest-cuda"; grep -E "PASS|FAIL|SKIP|ERROR|passed|failed" "$tmp/logs/pytest-cuda.log" | tail -n 12
+  echo "--- pytest-cuda"; grep -E "PASS|FAIL|SKIP|ERROR|passed|failed|against|temperature" "$tmp/logs/pytest-cuda.log" | tail -n 16
   echo "--- memcheck"; tail -n 4 "$tmp/logs/memcheck.log"
   echo "--- main job"; tail -n 8 "$tmp/logs/main-job.log"
   return $status

@@ -1887,13 +1887,15 @@ extern "C" int nnp_cuda_available(void) {
  * Loads every kernel now (module loading is not allowed while capturing) and sets each one's
  * shared-memory carveout to what its resident blocks need, leaving the rest of the SM's memory to
  * L1: the context may prefer shared memory (OpenMM's does), which costs the GEMMs about a third of
- * their speed through L1 misses. Kernels with more than 48 KB of dynamic shared memory get it
- * allowed here.
+ * their speed through L1 misses. Kernels with more than 48 KB of shared memory, static and dynamic
+ * together, get their dynamic part allowed here.
  */
 template <typename K> static void configure_kernel(K* kernel, int threads, size_t dynamic_smem) {
     cudaFuncAttributes a;
     if (cudaFuncGetAttributes(&a, kernel) != cudaSuccess) return;
-    if (dynamic_smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dynamic_smem);
+    /* Static and dynamic together count against the 48 KB a launch gets without opting in. */
+    if (a.sharedSizeBytes + dynamic_smem > 48 * 1024)
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dynamic_smem);
     int device = 0, smem_sm = 0, regs_sm = 0, threads_sm = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
