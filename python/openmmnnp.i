@@ -13,7 +13,12 @@
 #include "OpenMMDrude.h"
 #include "openmm/RPMDIntegrator.h"
 #include "openmm/RPMDMonteCarloBarostat.h"
+#include "openmm/serialization/XmlSerializer.h"
+#include <sstream>
 %}
+
+%newobject NNPPlugin::NNPForce::_clone;
+%newobject NNPPlugin::NNPForce::_deserialize;
 
 /* C++ exceptions become openmm.OpenMMException. */
 %exception {
@@ -109,6 +114,21 @@ public:
             NNPPlugin::NNPForce* result = dynamic_cast<NNPPlugin::NNPForce*>(&force);
             if (result == NULL) throw OpenMM::OpenMMException("NNPForce.cast: the force is not an NNPForce");
             return *result;
+        }
+        /** A new NNPForce equal to this one (through OpenMM's serialization, as OpenMM's forces copy). */
+        NNPPlugin::NNPForce* _clone() const {
+            return dynamic_cast<NNPPlugin::NNPForce*>(OpenMM::XmlSerializer::clone<OpenMM::Force>(*self));
+        }
+        /** A new NNPForce from XML written by XmlSerializer (pickle support). */
+        static NNPPlugin::NNPForce* _deserialize(const std::string& xml) {
+            std::istringstream in(xml);
+            OpenMM::Force* force = OpenMM::XmlSerializer::deserialize<OpenMM::Force>(in);
+            NNPPlugin::NNPForce* result = dynamic_cast<NNPPlugin::NNPForce*>(force);
+            if (result == NULL) {
+                delete force;
+                throw OpenMM::OpenMMException("NNPForce: the XML does not hold an NNPForce");
+            }
+            return result;
         }
         /** Whether an OpenMM Force is an NNPForce. */
         static bool isinstance(OpenMM::Force& force) {

@@ -26,16 +26,16 @@ venv="$tmp/venv"
 say "new Python environment $venv"
 "$build_venv/bin/python" -m venv "$venv"
 py="$venv/bin/python"
-say "pip install openmm-nnp[cuda13,models]==$version from $dist (OpenMM and its dependencies from PyPI)"
+say "pip install openmm-nnp[cuda13,models,openmmml]==$version from $dist (OpenMM, OpenMM-ML and their dependencies from PyPI)"
 # shellcheck disable=SC2086
 "$py" -m pip install --quiet --disable-pip-version-check --find-links "$dist" ${NNP_PIP_OPTIONS:-} \
-  "openmm-nnp[cuda13,models]==$version" pytest > "$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; fail "pip install failed"; }
+  "openmm-nnp[cuda13,models,openmmml]==$version" pytest > "$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; fail "pip install failed"; }
 "$py" -m pip list --disable-pip-version-check 2>/dev/null | grep -iE "^(openmm|nvidia)" | sed 's/^/  /'
 
 # Nothing of the clone or a build tree may be visible from here on.
 cd "$tmp"
 clean_env=(env -u PYTHONPATH -u LD_LIBRARY_PATH -u NNP_MODEL_PATH -u OPENMM_PLUGIN_DIR
-           XDG_CACHE_HOME="$tmp/cache" NNP_SHARED_DIR="$shared")
+           XDG_CACHE_HOME="$tmp/cache" NNP_SHARED_DIR="$shared" NNP_EXAMPLES_DIR="$root/examples")
 site="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"
 location="$("${clean_env[@]}" "$py" -c 'import openmmnnp; print(openmmnnp.__file__)')"
 case "$location" in "$site"/openmmnnp/*) ;; *) fail "openmmnnp imported from $location, not from $site";; esac

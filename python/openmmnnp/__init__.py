@@ -49,6 +49,26 @@ def setAtomParameters(self, index, particle, element, batch):
 NNPForce.addAtom = addAtom
 NNPForce.setAtomParameters = setAtomParameters
 
+
+# Copies and pickles go through OpenMM's serialization, as for OpenMM's own forces (the inherited
+# openmm.Force versions would give an object that NNPForce's methods cannot read).
+def _copy(self):
+    duplicate = self._clone()
+    duplicate.__dict__.update({key: value for key, value in self.__dict__.items()
+                           if key != "this" and not key.startswith("_nnp")})
+    return duplicate
+
+
+def _setstate(self, xml):
+    other = NNPForce._deserialize(xml)
+    self.this = other.this
+
+
+NNPForce.__copy__ = _copy
+NNPForce.__deepcopy__ = lambda self, memo: _copy(self)
+NNPForce.__getstate__ = lambda self: _openmm.XmlSerializer.serialize(self)
+NNPForce.__setstate__ = _setstate
+
 NNPForce.getPluginLoadFailures()  # loads the platform libraries now, so platforms report the kernel
 
 

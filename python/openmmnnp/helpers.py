@@ -1,4 +1,5 @@
 """Building NNPForce systems from OpenMM Topologies and XYZ files."""
+import operator
 import os
 from dataclasses import dataclass
 
@@ -6,51 +7,100 @@ import openmm
 from openmm import app, unit
 
 
-def createForceFromTopology(model, topology, atoms=None, batches="chain", periodic=None):
+def _describe(atom):
+    """'atom 12 (CB of ALA 2)': an atom as a user finds it in the Topology."""
+    return f"atom {atom.index} ({atom.name} of {atom.residue.name} {atom.residue.id})"
+
+
+def _chosenAtoms(topology, atoms, caller):
+    allAtoms = list(topology.atoms())
+    if atoms is None:
+        return allAtoms
+    chosen = []
+    for a in atoms:
+        if isinstance(a, app.topology.Atom):
+            chosen.append(a)
+            continue
+        try:
+            index = operator.index(a)
+        except TypeError:
+            raise openmm.OpenMMException(f"{caller}: atoms must be Topology atoms or atom indices, got {a!r}") from None
+        if not 0 <= index < len(allAtoms):
+            raise openmm.OpenMMException(f"{caller}: atom index {index} is out of range: the Topology has {len(allAtoms)} atoms")
+        chosen.append(allAtoms[index])
+    if len({atom.index for atom in chosen}) != len(chosen):
+        raise openmm.OpenMMException(f"{caller}: an atom is listed twice")
+    return chosen
+
+
+def _batchIndices(topology, chosen, batches, system, caller):
+    """One batch index per chosen atom, numbered 0, 1, ... in order of first appearance."""
+    if batches is None or batches == "all":
+        return [0] * len(chosen)
+    if not isinstance(batches, str):
+        batchOf = list(batches)
+        if len(batchOf) != len(chosen):
+            raise openmm.OpenMMException(f"{caller}: {len(batchOf)} batch indices for {len(chosen)} atoms")
+        return batchOf
+    allAtoms = list(topology.atoms())
+    if batches == "chain":
+        key = lambda atom: atom.residue.chain.index
+    elif batches == "residue":
+        key = lambda atom: atom.residue.index
+    elif batches == "molecule":
+        if len(chosen) > 1 and next(iter(topology.bonds()), None) is None:
+            raise openmm.OpenMMException(f"{caller}: batches='molecule' needs the Topology's bonds, and it has none "
+                                         "(every atom would be a molecule of its own); add bonds (PDB CONECT records, "
+                                         "Topology.createStandardBonds()) or choose batches='all', 'chain', 'residue' or a list")
+        parent = list(range(len(allAtoms)))
+
+        def find(i):
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+        for a1, a2 in topology.bonds():
+            parent[find(a1.index)] = find(a2.index)
+        key = lambda atom: find(atom.index)
+    else:
+        raise openmm.OpenMMException(f"{caller}: batches must be 'all', 'chain', 'molecule', 'residue' or a list, got {batches!r}")
+    # A virtual site (e.g. a link-atom cap that OpenMM-ML adds in a chain of its own, with no bonds)
+    # belongs to the molecule of the particle it is built from.
+    owner = {}
+    if system is not None:
+        for atom in chosen:
+            if atom.index < system.getNumParticles() and system.isVirtualSite(atom.index):
+                owner[atom.index] = allAtoms[system.getVirtualSite(atom.index).getParticle(0)]
+    numbers = {}
+    return [numbers.setdefault(key(owner.get(atom.index, atom)), len(numbers)) for atom in chosen]
+
+
+def createForceFromTopology(model, topology, atoms=None, batches="chain", periodic=None, system=None):
     """Creates an NNPForce for (some of) the atoms of an OpenMM Topology.
 
-    model     path of the model (.info of the ANI model zoo, or .nnpm)
+    model     model name ("ani2x", ...) or path (.info of the ANI model zoo, or .nnpm)
     atoms     the atoms to include (Atom objects or indices); default all
     batches   "chain": one batch per chain; "molecule": one batch per bonded molecule (connected
-              by the Topology's bonds); "residue": one per residue; or a list of batch indices, one
-              per included atom
+              by the Topology's bonds); "residue": one per residue; "all" (or None): all atoms in one
+              batch; or a list of batch indices, one per included atom
     periodic  apply periodic boundary conditions; default: whether the Topology has a box
+    system    the System the force is for (optional): its virtual sites join the batch of the
+              particle they are built from
     Particles are numbered as in the Topology (the usual createSystem() numbering).
     """
     from . import NNPForce
+    caller = "createForceFromTopology"
+    chosen = _chosenAtoms(topology, atoms, caller)
     force = NNPForce(model)
-    allAtoms = list(topology.atoms())
-    if atoms is None:
-        chosen = allAtoms
-    else:
-        chosen = [allAtoms[a] if isinstance(a, int) else a for a in atoms]
-    if isinstance(batches, str):
-        if batches == "chain":
-            key = lambda atom: atom.residue.chain.index
-        elif batches == "residue":
-            key = lambda atom: atom.residue.index
-        elif batches == "molecule":
-            parent = list(range(len(allAtoms)))
-
-            def find(i):
-                while parent[i] != i:
-                    parent[i] = parent[parent[i]]
-                    i = parent[i]
-                return i
-            for a1, a2 in topology.bonds():
-                parent[find(a1.index)] = find(a2.index)
-            key = lambda atom: find(atom.index)
-        else:
-            raise openmm.OpenMMException(f"createForceFromTopology: batches must be 'chain', 'molecule', 'residue' or a list, got {batches!r}")
-        numbers = {}
-        batchOf = [numbers.setdefault(key(atom), len(numbers)) for atom in chosen]
-    else:
-        batchOf = list(batches)
-        if len(batchOf) != len(chosen):
-            raise openmm.OpenMMException(f"createForceFromTopology: {len(batchOf)} batch indices for {len(chosen)} atoms")
-    for atom, batch in zip(chosen, batchOf):
+    supported = set(force.getSupportedElements())
+    for atom in chosen:
         if atom.element is None:
-            raise openmm.OpenMMException(f"createForceFromTopology: atom {atom.index} ({atom.name}) has no element")
+            raise openmm.OpenMMException(f"{caller}: {_describe(atom)} has no element")
+        if atom.element.atomic_number not in supported:
+            names = ", ".join(app.Element.getByAtomicNumber(z).symbol for z in sorted(supported))
+            raise openmm.OpenMMException(f"{caller}: {_describe(atom)} is {atom.element.symbol}, which model "
+                                         f"'{force.getModelName()}' does not cover (it has {names})")
+    for atom, batch in zip(chosen, _batchIndices(topology, chosen, batches, system, caller)):
         force.addAtom(atom.index, atom.element.atomic_number, batch)
     if periodic is None:
         periodic = topology.getPeriodicBoxVectors() is not None
