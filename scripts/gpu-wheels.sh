@@ -8,6 +8,12 @@
 #                                environment, then ldd -r, selfcheck, the Python CUDA tests, the same
 #                                under compute-sanitizer memcheck, and a short main job with ANI-1x;
 #                                logs in $OUT/gpu-wheels.tar.gz.
+#   scripts/gpu-wheels.sh pack-ani2x   here: ANI-2x alone, byte-shuffled and xz-compressed (47 MB),
+#                                into the ignored folder .device-models/ (it does not fit beside the wheels)
+#   scripts/gpu-wheels.sh mlmm   there, after a test call on the same machine (.device-wheels stays
+#                                there; carry .device-models): the ML/MM example (examples/mlmm.py)
+#                                with ANI-2x on CUDA, both integrators, against MM only; logs in
+#                                $OUT/gpu-mlmm.tar.gz.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 d="$root/.device-wheels"
@@ -29,8 +35,62 @@ pack() {
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux2014_x86_64 -d "$d/wheels" openmm==8.6.1 openmm-cuda-13==8.6.1 "numpy>=2" pytest iniconfig pluggy packaging pygments
+  python3 -m pip wheel -q --no-deps -w "$d/wheels" openmmml==1.8  # pure Python, published as an sdist
   tar cf - -C "$shared" molecules/druglike | xz -9 > "$d/molecules.tar.xz"
   du -sh "$d"; ls -l "$d/wheels"
+}
+
+pack_ani2x() {
+  local m="$root/build/share/openmm-nnp/models/ani2x.nnpm"
+  [ -f "$m" ] || { echo "gpu-wheels: $m is missing (scripts/setup.sh builds it)" >&2; exit 1; }
+  grep -qx "/.device-models/" "$root/.git/info/exclude" 2>/dev/null || echo "/.device-models/" >> "$root/.git/info/exclude"
+  mkdir -p "$root/.device-models"
+  python3 -c "
+import sys
+d = open(sys.argv[1], 'rb').read(); n = len(d) // 4 * 4
+sys.stdout.buffer.write(b''.join(d[k:n:4] for k in range(4)) + d[n:])" "$m" | xz -6 -T0 > "$root/.device-models/ani2x.shuf.xz"
+  du -sh "$root/.device-models"
+}
+
+# Installs the carried wheels into a new environment $1 (on the GPU machine).
+install_wheels() {
+  local venv="$1"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -m venv --system-site-packages "$venv"
+  # --no-deps: OpenMM's NVIDIA runtime wheels are not carried; the machine's CUDA 13 toolkit stands in.
+  "$venv/bin/pip" install -q --no-index --no-deps "$d"/wheels/*.whl
+  "$venv/bin/pip" list 2>/dev/null | grep -iE "^(openmm|numpy|pytest)"
+  local site; site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"
+  # libOpenMMCUDA's RUNPATH expects openmm-cuda-13's NVIDIA wheels in site-packages/nvidia/cu13/lib.
+  if [ ! -e "$site/nvidia/cu13/lib" ]; then
+    mkdir -p "$site/nvidia/cu13" && ln -s "${CUDA_HOME:-/usr/local/cuda}/lib64" "$site/nvidia/cu13/lib"
+    echo "nvidia/cu13/lib -> ${CUDA_HOME:-/usr/local/cuda}/lib64 (the toolkit's cuFFT and NVRTC)"
+  fi
+}
+
+mlmm_there() {
+  local out="${OUT:-/tmp/out}" tmp status=0
+  tmp="$(mktemp -d)"
+  mkdir -p "$out" "$tmp/logs" "$tmp/cache/openmm-nnp/models"
+  install_wheels "$tmp/venv" > "$tmp/logs/install.log" 2>&1 || { cat "$tmp/logs/install.log"; return 1; }
+  xz -dc "$root/.device-models/ani2x.shuf.xz" | python3 -c "
+import sys
+d = sys.stdin.buffer.read(); n = len(d) // 4 * 4; q = n // 4
+out = bytearray(len(d)); out[n:] = d[n:]
+for k in range(4): out[k:n:4] = d[k * q:(k + 1) * q]
+open(sys.argv[1], 'wb').write(out)" "$tmp/cache/openmm-nnp/models/ani2x.nnpm"
+  cd "$tmp"
+  export XDG_CACHE_HOME="$tmp/cache"
+  unset NNP_MODEL_PATH PYTHONPATH
+  local py="$tmp/venv/bin/python"
+  "$py" -m openmmnnp.models list > "$tmp/logs/models.log" 2>&1 || status=1
+  "$py" "$root/examples/mlmm.py" --platform CUDA --integrator both --compare-mm --steps "${NNP_MLMM_STEPS:-2000}" \
+    > "$tmp/logs/mlmm.log" 2>&1 || status=1
+  "$py" "$root/examples/mlmm.py" --platform CUDA --integrator both --interpolate --steps "${NNP_MLMM_STEPS:-2000}" \
+    > "$tmp/logs/mlmm-interpolate.log" 2>&1 || status=1
+  tar czf "$out/gpu-mlmm.tar.gz" -C "$tmp" logs
+  for f in models mlmm mlmm-interpolate; do echo "--- $f"; grep -v "step  " "$tmp/logs/$f.log" | tail -n 14; done
+  return $status
 }
 
 test_there() {
@@ -38,24 +98,12 @@ test_there() {
   tmp="$(mktemp -d)"
   mkdir -p "$out" "$tmp/logs"
   tar xJf "$d/molecules.tar.xz" -C "$tmp"
-  (
-    set -x
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-    python3 -m venv --system-site-packages "$tmp/venv"
-    # --no-deps: OpenMM's NVIDIA runtime wheels are not carried; the machine's CUDA 13 toolkit stands in.
-    "$tmp/venv/bin/pip" install -q --no-index --no-deps "$d"/wheels/*.whl
-    "$tmp/venv/bin/pip" list 2>/dev/null | grep -iE "^(openmm|numpy|pytest)"
-  ) > "$tmp/logs/install.log" 2>&1 || status=1
+  install_wheels "$tmp/venv" > "$tmp/logs/install.log" 2>&1 || status=1
   local py="$tmp/venv/bin/python"
   [ "$status" -eq 0 ] || { cat "$tmp/logs/install.log"; tar czf "$out/gpu-wheels.tar.gz" -C "$tmp" logs; return 1; }
   local site; site="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"
-  # libOpenMMCUDA's RUNPATH expects openmm-cuda-13's NVIDIA wheels in site-packages/nvidia/cu13/lib.
-  if [ ! -e "$site/nvidia/cu13/lib" ]; then
-    mkdir -p "$site/nvidia/cu13" && ln -s "${CUDA_HOME:-/usr/local/cuda}/lib64" "$site/nvidia/cu13/lib"
-    echo "nvidia/cu13/lib -> ${CUDA_HOME:-/usr/local/cuda}/lib64 (the toolkit's cuFFT and NVRTC)" >> "$tmp/logs/install.log"
-  fi
   cd "$tmp"
-  export NNP_SHARED_DIR="$tmp" XDG_CACHE_HOME="$tmp/cache"
+  export NNP_SHARED_DIR="$tmp" XDG_CACHE_HOME="$tmp/cache" NNP_EXAMPLES_DIR="$root/examples"
   unset NNP_MODEL_PATH PYTHONPATH
   for lib in "$site"/OpenMM.libs/lib/libOpenMMNNP.so "$site"/OpenMM.libs/lib/libnnp.so \
              "$site"/OpenMM.libs/lib/plugins/libOpenMMNNPReference.so "$site"/OpenMM.libs/lib/plugins/libOpenMMNNPCUDA.so; do
@@ -65,7 +113,7 @@ test_there() {
   cp -r "$root/python/tests" "$tmp/tests"
   "$py" -m pytest -v -s -p no:cacheprovider "$tmp/tests/test_cuda.py" > "$tmp/logs/pytest-cuda.log" 2>&1 || status=1
   compute-sanitizer --tool memcheck --error-exitcode 3 "$py" -m pytest -q -p no:cacheprovider \
-    "$tmp/tests/test_cuda.py" -k "energies or verlet or xml" > "$tmp/logs/memcheck.log" 2>&1 || status=1
+    "$tmp/tests/test_cuda.py" -k "energies or verlet or xml or mlmm_on_cuda" > "$tmp/logs/memcheck.log" 2>&1 || status=1
   mkdir -p "$tmp/hcno"
   for f in "$tmp"/molecules/druglike/*.xyz; do
     awk 'NR > 2 && $1 !~ /^(H|C|N|O)$/ { bad = 1 } END { exit bad }' "$f" && ln -s "$f" "$tmp/hcno/"
@@ -73,7 +121,7 @@ test_there() {
   "$py" -m openmmnnp.simulate --model ani1x --molecules "$tmp/hcno" --steps 2000 > "$tmp/logs/main-job.log" 2>&1 || status=1
   tar czf "$out/gpu-wheels.tar.gz" -C "$tmp" logs
   for f in install ldd selfcheck; do echo "--- $f"; tail -n 25 "$tmp/logs/$f.log"; done
-  echo "--- pytest-cuda"; grep -E "PASS|FAIL|SKIP|ERROR|passed|failed|against|temperature" "$tmp/logs/pytest-cuda.log" | tail -n 16
+  echo "--- pytest-cuda"; grep -E "PASS|FAIL|SKIP|ERROR|passed|failed|against|temperature" "$tmp/logs/pytest-cuda.log" | tail -n 20
   echo "--- memcheck"; tail -n 4 "$tmp/logs/memcheck.log"
   echo "--- main job"; tail -n 8 "$tmp/logs/main-job.log"
   return $status
@@ -81,6 +129,8 @@ test_there() {
 
 case "${1:-}" in
   pack) pack ;;
+  pack-ani2x) pack_ani2x ;;
   test) test_there ;;
-  *) echo "usage: scripts/gpu-wheels.sh pack|test" >&2; exit 2 ;;
+  mlmm) mlmm_there ;;
+  *) echo "usage: scripts/gpu-wheels.sh pack|pack-ani2x|test|mlmm" >&2; exit 2 ;;
 esac

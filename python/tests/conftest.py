@@ -18,3 +18,15 @@ def drug(name):
 def platform(request):
     import openmm
     return openmm.Platform.getPlatformByName(request.param)
+
+
+def solvated_dipeptide(box=2.2):
+    """Alanine dipeptide (examples/alanine-dipeptide.pdb) in a cubic box of TIP3P-FB water, for
+    Amber14: (forcefield, topology, positions)."""
+    import openmm
+    from openmm import app, unit
+    pdb = app.PDBFile(os.path.join(EXAMPLES, "alanine-dipeptide.pdb"))
+    forcefield = app.ForceField("amber14-all.xml", "amber14/tip3pfb.xml")
+    modeller = app.Modeller(pdb.topology, pdb.positions)
+    modeller.addSolvent(forcefield, boxSize=openmm.Vec3(box, box, box) * unit.nanometer)
+    return forcefield, modeller.topology, modeller.positions

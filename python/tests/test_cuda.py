@@ -1,13 +1,15 @@
 """NNPForce and the NNP integrators on OpenMM's CUDA platform, from Python: energies, forces and
 per-batch energies against the Reference platform, whole steps replayed from CUDA graphs, XML.
 Skipped (saying why) where no CUDA platform loads, as on a machine without an NVIDIA GPU."""
+import os
+
 import numpy as np
 import openmm
 import pytest
 from openmm import unit
 
 import openmmnnp
-from conftest import drug
+from conftest import EXAMPLES, drug, solvated_dipeptide
 
 try:
     CUDA = openmm.Platform.getPlatformByName("CUDA")
@@ -139,3 +141,81 @@ def test_xml_round_trip_on_cuda():
     a = positions_after(system, positions, integrator, [20])
     b = positions_after(copy, positions, openmmnnp.NNPVerletIntegrator(0.0005), [20])
     assert np.array_equal(a[0], b[0]) and a[2][0] and b[2][0]
+
+
+def energies_and_forces(system, positions, platform, groups=-1, parameters=None, properties=None):
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), platform, properties or {})
+    context.setPositions(positions)
+    for name, value in (parameters or {}).items():
+        context.setParameter(name, value)
+    context.computeVirtualSites()
+    state = context.getState(getEnergy=True, getForces=True, groups=groups)
+    return (state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole),
+            state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer))
+
+
+def relative_rms(a, b):
+    return np.sqrt(np.mean((a - b) ** 2) / np.mean(b ** 2))
+
+
+def test_mlmm_on_cuda_matches_reference():
+    """OpenMM-ML's mixed System (ani1x-nnp for the peptide, Amber14 + PME for the water, ML in
+    force group 1) and its interpolated form, on CUDA (mixed precision) against Reference."""
+    from openmmml import MLPotential
+    from openmm import app
+    forcefield, topology, positions = solvated_dipeptide(2.2)
+    mm = forcefield.createSystem(topology, nonbondedMethod=app.PME, nonbondedCutoff=0.9 * unit.nanometer,
+                                 constraints=app.HBonds)
+    potential = MLPotential("ani1x-nnp")
+    reference = openmm.Platform.getPlatformByName("Reference")
+    mixed = potential.createMixedSystem(topology, mm, list(range(22)), forceGroup=1)
+    mlRef = energies_and_forces(mixed, positions, reference, groups={1})
+    ml = energies_and_forces(mixed, positions, CUDA, groups={1}, properties={"Precision": "mixed"})
+    totalRef = energies_and_forces(mixed, positions, reference)
+    total = energies_and_forces(mixed, positions, CUDA, properties={"Precision": "mixed"})
+    print(f"ML/MM on CUDA against Reference: ML energy {abs(ml[0] - mlRef[0]) / abs(mlRef[0]):.2e}, ML forces "
+          f"{relative_rms(ml[1], mlRef[1]):.2e} relative RMS; total energy {abs(total[0] - totalRef[0]) / abs(totalRef[0]):.2e}, "
+          f"total forces {relative_rms(total[1], totalRef[1]):.2e}")
+    assert abs(ml[0] - mlRef[0]) <= ENERGY_TOLERANCE["mixed"] * abs(mlRef[0])
+    assert relative_rms(ml[1], mlRef[1]) <= FORCE_TOLERANCE["mixed"]
+    # The MM part differs by OpenMM's own CUDA-vs-Reference PME differences (Ewald tolerance 5e-4).
+    assert abs(total[0] - totalRef[0]) <= 1e-5 * abs(totalRef[0])
+    assert relative_rms(total[1], totalRef[1]) <= 1e-3
+
+    interpolated = potential.createMixedSystem(topology, mm, list(range(22)), interpolate=True)
+    for lam in (0.0, 0.5, 1.0):
+        eRef, fRef = energies_and_forces(interpolated, positions, reference, parameters={"lambda_interpolate": lam})
+        e, f = energies_and_forces(interpolated, positions, CUDA, parameters={"lambda_interpolate": lam},
+                                   properties={"Precision": "mixed"})
+        assert abs(e - eRef) <= 1e-5 * abs(eRef), (lam, e, eRef)
+        assert relative_rms(f, fRef) <= 1e-3, lam
+
+
+def test_mlmm_graph_integrators():
+    """Graph integrators with ML/MM Systems: PME or a CustomCVForce (interpolation) make them run
+    eager steps and say why; a cutoff-free ML/MM System with link-atom caps replays from graphs and
+    gives OpenMM's VerletIntegrator trajectory."""
+    from openmmml import MLPotential
+    from openmm import app
+    forcefield, topology, positions = solvated_dipeptide(2.2)
+    mm = forcefield.createSystem(topology, nonbondedMethod=app.PME, nonbondedCutoff=0.9 * unit.nanometer,
+                                 constraints=app.HBonds)
+    potential = MLPotential("ani1x-nnp")
+    for system, reason in [(potential.createMixedSystem(topology, mm, list(range(22))), "NonbondedForce) uses a cutoff"),
+                           (potential.createMixedSystem(topology, forcefield.createSystem(topology), list(range(22)),
+                                                        interpolate=True), "CustomCVForce")]:
+        integrator = openmmnnp.NNPLangevinIntegrator(300 * unit.kelvin, 1 / unit.picosecond, 0.5 * unit.femtoseconds)
+        replaying, recordings, why = positions_after(system, positions, integrator, [10])[2]
+        assert not replaying and recordings == 0 and reason in why, why
+    # In vacuum without cutoff: ALA with ANI-1x, the caps as virtual sites, ACE and NME with Amber14.
+    pdb = app.PDBFile(os.path.join(EXAMPLES, "alanine-dipeptide.pdb"))
+    vacuum = forcefield.createSystem(pdb.topology, nonbondedMethod=app.NoCutoff)
+    mixed = potential.createMixedSystem(pdb.topology, vacuum, list(range(6, 16)))
+    assert mixed.getNumParticles() == 24
+    withCaps = list(pdb.positions) + [openmm.Vec3(0, 0, 0) * unit.nanometer] * 2
+    graphs = openmmnnp.NNPVerletIntegrator(0.5 * unit.femtoseconds)
+    graphs.setStepsPerGraph(10)
+    replayed = positions_after(mixed, withCaps, graphs, [1, 25])
+    assert replayed[2][0] and replayed[2][1] > 0, replayed[2]
+    theirs = positions_after(mixed, withCaps, openmm.VerletIntegrator(0.5 * unit.femtoseconds), [1, 25])
+    assert np.array_equal(replayed[0], theirs[0]) and np.array_equal(replayed[1], theirs[1])

@@ -13,7 +13,7 @@ import pytest
 from openmm import app, unit
 
 import openmmnnp
-from conftest import ANI2X, EXAMPLES, drug
+from conftest import ANI2X, EXAMPLES, drug, solvated_dipeptide
 
 from openmmml import MLPotential  # OpenMM-ML from PyPI (scripts/setup.sh installs it)
 
@@ -172,20 +172,17 @@ def solvated():
     relaxed a little around the peptide so that forces are moderate. Returns the Topology, positions
     and a function making the MM System: a tight Ewald tolerance by default and an LJ switch, so that
     the energy stays smooth where pairs cross the cutoff (for finite differences)."""
-    pdb = app.PDBFile(os.path.join(EXAMPLES, "alanine-dipeptide.pdb"))
-    forcefield = app.ForceField("amber14-all.xml", "amber14/tip3pfb.xml")
-    modeller = app.Modeller(pdb.topology, pdb.positions)
-    modeller.addSolvent(forcefield, boxSize=openmm.Vec3(2.2, 2.2, 2.2) * unit.nanometer)
+    forcefield, topology, positions = solvated_dipeptide(2.2)
 
     def createMM(ewaldErrorTolerance=1e-7):
-        return forcefield.createSystem(modeller.topology, nonbondedMethod=app.PME, nonbondedCutoff=0.9 * unit.nanometer,
+        return forcefield.createSystem(topology, nonbondedMethod=app.PME, nonbondedCutoff=0.9 * unit.nanometer,
                                        constraints=app.HBonds, ewaldErrorTolerance=ewaldErrorTolerance,
                                        switchDistance=0.7 * unit.nanometer)
     context = openmm.Context(createMM(5e-4), openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("CPU"))
-    context.setPositions(modeller.positions)
+    context.setPositions(positions)
     openmm.LocalEnergyMinimizer.minimize(context, 50.0, 100)
     positions = context.getState(getPositions=True).getPositions(asNumpy=True)
-    return modeller.topology, createMM, positions
+    return topology, createMM, positions
 
 
 def without_ml_internal_terms(mm, mlAtoms):
