@@ -16,7 +16,7 @@
 #                                $OUT/gpu-mlmm.tar.gz.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-d="$root/.device-wheels"
+d="${NNP_DEVICE_WHEELS:-$root/.device-wheels}"  # NNP_DEVICE_WHEELS: a copy left on the GPU machine by an earlier call
 say() { printf '\033[1m[gpu-wheels]\033[0m %s\n' "$*"; }
 
 pack() {

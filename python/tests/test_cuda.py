@@ -66,6 +66,7 @@ def positions_after(system, positions, integrator, calls):
     integrator (isReplayingGraphs, getNumGraphRecordings, getFallbackReason) while its Context lives."""
     context = openmm.Context(system, integrator, CUDA, {"Precision": "mixed"})
     context.setPositions(positions)
+    context.computeVirtualSites()  # link-atom caps of ML/MM Systems
     context.setVelocitiesToTemperature(300 * unit.kelvin, 5)
     for n in calls:
         integrator.step(n)
