@@ -41,3 +41,38 @@ def test_xml_round_trip_in_fresh_process(tmp_path):
     assert float(fields[0]) == energy  # identical, not just close
     assert fields[1:4] == ["ani", "3", "5"]
     assert [float(v) for v in fields[4:]] == batches
+
+
+def test_copy_deepcopy_pickle():
+    """copy.copy, copy.deepcopy and pickle give independent NNPForces with the same atoms, settings
+    and energies (the inherited openmm.Force versions gave objects NNPForce's methods refused)."""
+    import copy
+    import pickle
+    system, _, positions, force, _ = openmmnnp.createSystemFromXYZ("ani1x", [drug("0030"), drug("0147")])
+    force.setEnsembleMember(2)
+    force.setForceGroup(3)
+    force.userAttribute = "kept"
+    platform = openmm.Platform.getPlatformByName("Reference")
+
+    def energies(f):
+        s = openmm.System()
+        for i in range(system.getNumParticles()):
+            s.addParticle(system.getParticleMass(i))
+        s.addForce(f)
+        context = openmm.Context(s, openmm.VerletIntegrator(0.001), platform)
+        context.setPositions(positions)
+        return f.getBatchEnergies(context).value_in_unit(unit.kilojoule_per_mole)
+
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), platform)
+    context.setPositions(positions)
+    expected = force.getBatchEnergies(context).value_in_unit(unit.kilojoule_per_mole)
+    for duplicate in (copy.copy(force), copy.deepcopy(force), pickle.loads(pickle.dumps(force))):
+        assert isinstance(duplicate, openmmnnp.NNPForce) and duplicate is not force
+        assert duplicate.getNumAtoms() == force.getNumAtoms() and duplicate.getNumBatches() == 2
+        assert duplicate.getEnsembleMember() == 2 and duplicate.getForceGroup() == 3
+        assert [duplicate.getAtomParameters(i) for i in range(5)] == [force.getAtomParameters(i) for i in range(5)]
+        assert energies(duplicate) == expected
+    assert copy.deepcopy(force).userAttribute == "kept"
+    duplicate = copy.deepcopy(force)
+    duplicate.setAtomParameters(0, 0, 6, 1)
+    assert force.getAtomParameters(0)[2] == 0  # independent of the original
