@@ -119,12 +119,17 @@ class XYZMolecule:
 
 def readXYZ(path):
     """Reads an XYZ file (plain or extended, with Lattice="..." in Å) into an XYZMolecule."""
-    with open(path) as f:
-        lines = f.read().splitlines()
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise openmm.OpenMMException(f"{path}: cannot read: {e}") from None
     try:
         count = int(lines[0].split()[0])
     except (IndexError, ValueError):
         raise openmm.OpenMMException(f"{path}: the first line must be the number of atoms")
+    if count < 1:
+        raise openmm.OpenMMException(f"{path}: announces {count} atoms; a molecule needs at least one")
     if len(lines) < count + 2:
         raise openmm.OpenMMException(f"{path}: {count} atoms announced, {max(len(lines) - 2, 0)} lines follow")
     comment = lines[1]
@@ -143,7 +148,11 @@ def readXYZ(path):
             elements.append(app.Element.getBySymbol(fields[0]))
         except KeyError:
             raise openmm.OpenMMException(f"{path}: atom {i + 1} has unknown element '{fields[0]}'")
-        positions.append(openmm.Vec3(*(float(v) * 0.1 for v in fields[1:4])))
+        try:
+            xyz = [float(v) * 0.1 for v in fields[1:4]]
+        except ValueError:
+            raise openmm.OpenMMException(f"{path}: atom line {i + 1} has a coordinate that is not a number") from None
+        positions.append(openmm.Vec3(*xyz))
     name = os.path.splitext(os.path.basename(path))[0]
     return XYZMolecule(name, elements, positions * unit.nanometer, box)
 

@@ -9,6 +9,7 @@ molecule's energy and the speed (ns/day, molecule-steps/s, atom-steps/s) are pri
 """
 import argparse
 import glob
+import math
 import os
 import sys
 import time
@@ -83,11 +84,26 @@ def main(argv=None):
     parser.add_argument("--temperature", type=float, default=300.0, help="K (default 300)")
     parser.add_argument("--friction", type=float, default=1.0, help="1/ps (default 1)")
     parser.add_argument("--minimize", type=int, help="minimiser iterations (default: sized for the platform; 0 skips)")
-    parser.add_argument("--energies", help="write per-molecule energies every 100 steps to this CSV file")
+    parser.add_argument("--energies", help="write per-molecule energies to this CSV file as the run goes")
+    parser.add_argument("--energies-interval", type=int, default=100,
+                        help="steps between rows of --energies (default 100; the last step is always written)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     parser.add_argument("--integrator", choices=["nnp", "openmm"], default="nnp",
                         help="nnp: NNPLangevinIntegrator (CUDA graphs on CUDA; default); openmm: LangevinMiddleIntegrator")
     args = parser.parse_args(argv)
+    for name, value, low in [("--count", args.count, 1), ("--steps", args.steps, 1), ("--minimize", args.minimize, 0),
+                             ("--energies-interval", args.energies_interval, 1)]:
+        if value is not None and value < low:
+            parser.error(f"{name} must be at least {low}, got {value}")
+    for name, value, positive in [("--timestep", args.timestep, True), ("--temperature", args.temperature, False),
+                                  ("--friction", args.friction, False)]:
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            parser.error(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value}")
+    # Open the output first: an unwritable path fails now, not after the minimisation.
+    try:
+        csv = open(args.energies, "w") if args.energies else None
+    except OSError as e:
+        parser.error(f"cannot write --energies {args.energies!r}: {e.strerror}")
 
     model = args.model
     try:
@@ -132,7 +148,6 @@ def main(argv=None):
         print(f"minimised: {e0:.3f} -> {e1:.3f} kJ/mol ({e1 - e0:+.3f}) in {time.perf_counter() - t:.1f} s", flush=True)
     context.setVelocitiesToTemperature(args.temperature * unit.kelvin, args.seed)
 
-    csv = open(args.energies, "w") if args.energies else None
     if csv:
         print("step," + ",".join(m.name for m in molecules), file=csv)
     integrator.step(1)  # warm-up outside the timing
@@ -140,13 +155,16 @@ def main(argv=None):
     start = time.perf_counter()
     done = 0
     chunk = max(1, min(100, steps // 20 or 1))
+    interval = args.energies_interval
     while done < steps:
         n = min(chunk, steps - done)
+        if csv:  # stop at every row of --energies
+            n = min(n, interval - done % interval)
         integrator.step(n)
         done += n
         state = context.getState(getEnergy=True)
         progress.update(done, state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole), final=done == steps)
-        if csv and done % 100 == 0:
+        if csv and (done % interval == 0 or done == steps):
             energies = force.getBatchEnergies(context).value_in_unit(unit.kilojoule_per_mole)
             print(f"{done}," + ",".join(f"{e:.6f}" for e in energies), file=csv, flush=True)
     elapsed = time.perf_counter() - start
@@ -176,4 +194,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except openmm.OpenMMException as e:
+        sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted")

@@ -26,6 +26,12 @@ def test_read_xyz_errors(tmp_path):
     bad.write_text("3\ncomment\nC 0 0 0\n")
     with pytest.raises(openmm.OpenMMException, match="3 atoms announced, 1 lines follow"):
         openmmnnp.readXYZ(str(bad))
+    bad.write_text("0\ncomment\n")
+    with pytest.raises(openmm.OpenMMException, match="announces 0 atoms"):
+        openmmnnp.readXYZ(str(bad))
+    bad.write_text("1\n\nC 0 x 0\n")
+    with pytest.raises(openmm.OpenMMException, match="not a number"):
+        openmmnnp.readXYZ(str(bad))
     bad.write_text("1\n\nQq 0 0 0\n")
     with pytest.raises(openmm.OpenMMException, match="unknown element 'Qq'"):
         openmmnnp.readXYZ(str(bad))
@@ -79,3 +85,44 @@ def test_main_job_runs():
                              capture_output=True, text=True)
     assert unknown.returncode != 0 and "model 'ani9z' not found" in unknown.stderr
     assert "pip install openmm-nnp-models" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def simulate(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "openmmnnp.simulate", *args], capture_output=True, text=True,
+                          timeout=600, **kwargs)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--count", "-3"], "--count must be at least 1, got -3"),
+    (["--count", "0"], "--count must be at least 1, got 0"),
+    (["--steps", "-5"], "--steps must be at least 1, got -5"),
+    (["--minimize", "-1"], "--minimize must be at least 0"),
+    (["--timestep", "0"], "--timestep must be a finite number > 0, got 0.0"),
+    (["--timestep", "nan"], "--timestep must be a finite number > 0"),
+    (["--temperature", "-1"], "--temperature must be a finite number >= 0"),
+    (["--friction", "inf"], "--friction must be a finite number >= 0"),
+    (["--energies-interval", "0"], "--energies-interval must be at least 1"),
+    (["--energies", "/nonexistent-folder/e.csv"], "cannot write --energies '/nonexistent-folder/e.csv'"),
+])
+def test_main_job_refuses_bad_arguments(args, message):
+    result = simulate(*args)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_main_job_energies_every_row(tmp_path):
+    """--steps 150 with rows every 40 steps: rows at 40, 80, 120 and the last step, none lost."""
+    out = tmp_path / "energies.csv"
+    result = simulate("--count", "2", "--steps", "150", "--minimize", "0", "--platform", "CPU", "--model", "ani1x",
+                      "--energies", str(out), "--energies-interval", "40")
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.reader(out.open()))
+    assert rows[0] == ["step", "drugbank-0001", "drugbank-0002"]
+    assert [r[0] for r in rows[1:]] == ["40", "80", "120", "150"]
+    assert all(len(r) == 3 for r in rows)
+
+
+def test_main_job_empty_molecule(tmp_path):
+    (tmp_path / "empty.xyz").write_text("0\nno atoms\n")
+    result = simulate("--molecules", str(tmp_path), "--platform", "Reference")
+    assert result.returncode != 0 and "announces 0 atoms" in result.stderr and "Traceback" not in result.stderr
