@@ -42,6 +42,10 @@ extern "C" {
 #define NNP_HARTREE_TO_KJMOL 2625.4996387552483
 /** Hartree → kcal/mol (TorchANI's constant). */
 #define NNP_HARTREE_TO_KCALMOL 627.5094738898777
+/** Batch indices are 0 .. NNP_MAX_BATCHES - 1 (a plan keeps per-batch buffers of max + 1 entries). */
+#define NNP_MAX_BATCHES (1 << 26)
+/** The most threads a CPU evaluation uses (nnp_plan_set_num_threads). */
+#define NNP_MAX_THREADS 64
 
 typedef enum nnp_status {
     NNP_OK = 0,

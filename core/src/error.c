@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #define NNP_STR2(x) #x
@@ -70,27 +71,26 @@ const char* nnp_element_symbol(int32_t atomic_number) {
     return element_symbols[atomic_number];
 }
 
-nnp_status nnp_read_file(const char* path, size_t max_size, unsigned char** data, size_t* size) {
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) return nnp_fail(NNP_ERR_IO, "cannot open '%s'", path);
-    size_t cap = 4096, len = 0;
+nnp_status nnp_read_rest(FILE* f, const char* path, size_t max_size, const unsigned char* head, size_t head_len,
+                         unsigned char** data, size_t* size) {
+    size_t cap = head_len > 4096 ? head_len : 4096, len = head_len;
+    if (cap > max_size && head_len <= max_size) cap = max_size;
     unsigned char* buf = malloc(cap + 1);
-    if (buf == NULL) {
-        fclose(f);
-        return nnp_fail(NNP_ERR_MEMORY, "out of memory reading '%s'", path);
-    }
+    if (buf == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory reading '%s'", path);
+    if (head_len) memcpy(buf, head, head_len);
     for (;;) {
         if (len == cap) {
             if (cap >= max_size) {
+                /* Full: over the limit only if there is more to read. */
+                int c = fgetc(f);
+                if (c == EOF) break;
                 free(buf);
-                fclose(f);
                 return nnp_fail(NNP_ERR_FORMAT, "'%s' is larger than %zu bytes", path, max_size);
             }
             cap = cap * 2 > max_size ? max_size : cap * 2;
             unsigned char* grown = realloc(buf, cap + 1);
             if (grown == NULL) {
                 free(buf);
-                fclose(f);
                 return nnp_fail(NNP_ERR_MEMORY, "out of memory reading '%s'", path);
             }
             buf = grown;
@@ -99,9 +99,7 @@ nnp_status nnp_read_file(const char* path, size_t max_size, unsigned char** data
         len += got;
         if (got == 0) break;
     }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
+    if (ferror(f)) {
         free(buf);
         return nnp_fail(NNP_ERR_IO, "error reading '%s'", path);
     }
@@ -109,4 +107,23 @@ nnp_status nnp_read_file(const char* path, size_t max_size, unsigned char** data
     *data = buf;
     *size = len;
     return NNP_OK;
+}
+
+long long nnp_regular_file_size(FILE* f) {
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) return -1;
+    return (long long)sb.st_size;
+}
+
+nnp_status nnp_read_file(const char* path, size_t max_size, unsigned char** data, size_t* size) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return nnp_fail(NNP_ERR_IO, "cannot open '%s'", path);
+    long long bytes = nnp_regular_file_size(f);
+    if (bytes > (long long)max_size) { /* a regular file: refused from its size, before any read */
+        fclose(f);
+        return nnp_fail(NNP_ERR_FORMAT, "'%s' is larger than %zu bytes (%lld)", path, max_size, bytes);
+    }
+    nnp_status st = nnp_read_rest(f, path, max_size, NULL, 0, data, size);
+    fclose(f);
+    return st;
 }

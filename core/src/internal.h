@@ -10,14 +10,13 @@ extern "C" {
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define NNP_MAX_ELEMENTS 16   /* elements per model */
 #define NNP_MAX_TERMS 64      /* entries of each AEV parameter list */
 #define NNP_MAX_LAYERS 16     /* layers per atomic network */
 #define NNP_MAX_MEMBERS 64    /* ensemble members */
 #define NNP_MAX_WIDTH 16384   /* neurons per layer, and AEV length */
-#define NNP_MAX_BATCHES (1 << 26)
-#define NNP_MAX_THREADS 64
 
 /* Activation codes of the NeuroChem files. */
 #define NNP_ACT_LINEAR 6
@@ -124,8 +123,19 @@ nnp_status nnp_parse_nnf(const unsigned char* data, size_t size, nnp_nnf* out);
 /* Whether a buffer starts with the own format's magic bytes (nnpm.c). */
 int nnp_is_nnpm(const void* data, size_t size);
 
-/* File helper: reads a whole file (at most max_size bytes) into a new NUL-terminated buffer. */
+/* File helpers. nnp_read_file: a whole file (at most max_size bytes; a larger regular file is refused
+   from its size before any read) into a new NUL-terminated buffer. nnp_read_rest: the rest of an open
+   stream after the head_len bytes already read (head), the same way. nnp_regular_file_size: the size
+   of an open regular file, -1 for anything else (pipe, FIFO, terminal). */
 nnp_status nnp_read_file(const char* path, size_t max_size, unsigned char** data, size_t* size);
+nnp_status nnp_read_rest(FILE* f, const char* path, size_t max_size, const unsigned char* head, size_t head_len,
+                         unsigned char** data, size_t* size);
+long long nnp_regular_file_size(FILE* f);
+
+/* A NeuroChem model from the text of its .info file, already read from info_path (neurochem.c). */
+nnp_status nnp_model_load_neurochem_text(const char* info_path, const char* info, size_t info_size, nnp_model** out);
+/* Longest .info file accepted. */
+#define NNP_MAX_INFO (1u << 20)
 
 #ifdef __cplusplus
 }

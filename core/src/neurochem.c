@@ -378,7 +378,15 @@ nnp_status nnp_parse_nnf(const unsigned char* data, size_t size, nnp_nnf* out) {
 
 /* ------------------------------------------------------------------ files */
 
+/* Joins a model folder and a name from a model file. The name must stay inside the folder: no
+   absolute path and no ".." component (a model file must not make the loader read other files). */
 static nnp_status join_path(char* out, size_t cap, const char* a, const char* b) {
+    int outside = b[0] == '/';
+    for (const char* c = b; !outside && *c; c++)
+        if (c[0] == '.' && c[1] == '.' && (c == b || c[-1] == '/') && (c[2] == '\0' || c[2] == '/')) outside = 1;
+    if (outside)
+        return nnp_fail(NNP_ERR_FORMAT, "the model names '%.200s', outside its folder %s: model files may only "
+                        "name files in their own folder", b, a[0] ? a : "./");
     int n = snprintf(out, cap, "%s%s", a, b);
     if (n < 0 || (size_t)n >= cap) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "path too long: %s%s", a, b);
     return NNP_OK;
@@ -458,14 +466,20 @@ nnp_status nnp_model_load_neurochem(const char* info_path, nnp_model** out) {
     nnp_clear_error();
     char* info;
     size_t info_size;
-    nnp_status st = read_text(info_path, &info, &info_size);
+    nnp_status st = nnp_read_file(info_path, NNP_MAX_INFO, (unsigned char**)&info, &info_size);
     if (st != NNP_OK) return st;
+    st = nnp_model_load_neurochem_text(info_path, info, info_size, out);
+    free(info);
+    return st;
+}
+
+nnp_status nnp_model_load_neurochem_text(const char* info_path, const char* info, size_t info_size, nnp_model** out) {
+    nnp_status st;
     /* Directory of the .info file, with a trailing slash. */
     char dir[4096];
     const char* slash = strrchr(info_path, '/');
     size_t dlen = slash ? (size_t)(slash - info_path + 1) : 0;
     if (dlen >= sizeof dir) {
-        free(info);
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "path too long: %s", info_path);
     }
     memcpy(dir, info_path, dlen);
@@ -482,7 +496,6 @@ nnp_status nnp_model_load_neurochem(const char* info_path, nnp_model** out) {
         if (n_lines == 4 || !copy_trimmed(s, len, lines[n_lines], sizeof lines[0])) bad = 1;
         else n_lines++;
     }
-    free(info);
     int32_t n_members = 0;
     if (bad || n_lines != 4 || !parse_int32(lines[3], &n_members))
         return nnp_fail(NNP_ERR_FORMAT, "%s: expected 4 lines (constants file, self-energy file, "

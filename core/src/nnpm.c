@@ -362,18 +362,63 @@ nnp_status nnp_model_load(const char* path, nnp_model** model) {
     nnp_status found = nnp_model_find(path, resolved, sizeof resolved);
     if (found != NNP_OK) return found;
     path = resolved;
+    /* Opened once and read as a stream: a pipe or /dev/stdin works; sizes are checked before the
+       bulk of a regular file is read. */
     FILE* f = fopen(path, "rb");
     if (f == NULL) return nnp_fail(NNP_ERR_IO, "cannot open model file '%s'", path);
-    unsigned char magic[8];
-    size_t got = fread(magic, 1, 8, f);
-    fclose(f);
-    if (!nnp_is_nnpm(magic, got)) return nnp_model_load_neurochem(path, model);
+    unsigned char head[NNPM_HEADER];
+    size_t got = fread(head, 1, sizeof head, f);
+    long long bytes = nnp_regular_file_size(f);
+    if (got == 0) {
+        int failed = ferror(f);
+        fclose(f);
+        return failed ? nnp_fail(NNP_ERR_IO, "error reading model file '%s'", path)
+                      : nnp_fail(NNP_ERR_FORMAT, "model file '%s' is empty", path);
+    }
     unsigned char* data;
     size_t size;
-    nnp_status st = nnp_read_file(path, (size_t)NNPM_MAX_SIZE, &data, &size);
-    if (st != NNP_OK) return st;
-    st = nnp_model_load_buffer(data, size, model);
-    free(data);
+    nnp_status st;
+    if (nnp_is_nnpm(head, got)) {
+        if (got == NNPM_HEADER) {
+            reader r = {head + 8, NNPM_HEADER - 8, 0};
+            (void)get_u32(&r);
+            uint64_t payload = get_u64(&r);
+            if (payload > NNPM_MAX_SIZE) {
+                fclose(f);
+                return nnp_fail(NNP_ERR_FORMAT, "%s: the header announces %llu bytes, more than a model may have (%llu)",
+                                path, (unsigned long long)payload, (unsigned long long)NNPM_MAX_SIZE);
+            }
+            if (bytes >= 0 && (uint64_t)bytes != NNPM_HEADER + payload + 4) {
+                fclose(f);
+                return nnp_fail(NNP_ERR_FORMAT, "%s: model file has %lld bytes, its header says %llu: %s", path, bytes,
+                                (unsigned long long)(NNPM_HEADER + payload + 4),
+                                (uint64_t)bytes < NNPM_HEADER + payload + 4 ? "truncated" : "trailing data");
+            }
+        }
+        st = nnp_read_rest(f, path, (size_t)(NNPM_MAX_SIZE + NNPM_HEADER + 4), head, got, &data, &size);
+        fclose(f);
+        if (st != NNP_OK) return st;
+        st = nnp_model_load_buffer(data, size, model);
+        free(data);
+    } else {
+        size_t n = strlen(path);
+        if (memchr(head, '\0', got) != NULL || (n >= 5 && strcmp(path + n - 5, ".nnpm") == 0)) {
+            fclose(f);
+            return nnp_fail(NNP_ERR_FORMAT, "'%s' is not a model: not an .nnpm file (its first bytes are not the "
+                            "magic \"" NNPM_MAGIC "\") and not a NeuroChem .info text file", path);
+        }
+        if (bytes > (long long)NNP_MAX_INFO) {
+            fclose(f);
+            return nnp_fail(NNP_ERR_FORMAT, "'%s' is not a model: not an .nnpm file, and at %lld bytes too large "
+                            "for a NeuroChem .info file (4 lines of text)", path, bytes);
+        }
+        st = nnp_read_rest(f, path, NNP_MAX_INFO, head, got, &data, &size);
+        fclose(f);
+        if (st != NNP_OK) return st;
+        st = nnp_model_load_neurochem_text(path, (const char*)data, size, model);
+        free(data);
+        return st;
+    }
     if (st != NNP_OK) return nnp_fail(st, "%s: %s", path, nnp_last_error());
     return NNP_OK;
 }

@@ -59,7 +59,7 @@ public:
      *
      * @param particle      index of the particle in the System
      * @param atomicNumber  its element; must be one the model covers
-     * @param batch         its batch (molecule or replica), ≥ 0
+     * @param batch         its batch (molecule or replica), 0 .. NNP_MAX_BATCHES - 1 (2^26 - 1)
      * @return the index of the atom in this force
      */
     int addAtom(int particle, int atomicNumber, int batch);
@@ -136,6 +136,7 @@ private:
     explicit NNPForce(std::shared_ptr<const NNPModel> model);
     void checkElement(int atomicNumber) const;
     void checkIndex(int index) const;
+    static void checkBatch(int particle, int batch);
     std::shared_ptr<const NNPModel> model;
     std::vector<Atom> atoms;
     int member;

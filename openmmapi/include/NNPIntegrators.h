@@ -26,6 +26,8 @@ namespace NNPPlugin {
 class OPENMM_EXPORT_NNP NNPGraphIntegrator : public OpenMM::Integrator {
 public:
     NNPGraphIntegrator(double stepSize);
+    /** Sets the step size in ps: finite and > 0 (anything else throws OpenMMException). */
+    void setStepSize(double size) override;
     /** Steps recorded into one graph (default 20). */
     int getStepsPerGraph() const { return stepsPerGraph; }
     /** Sets the steps per graph (>= 1); a Context records new graphs at its next step. */

@@ -51,10 +51,17 @@ int NNPForce::getNumAtoms() const { return atoms.size(); }
 
 int NNPForce::addAtom(int particle, int atomicNumber, int batch) {
     if (particle < 0) throw OpenMMException("NNPForce: particle index " + std::to_string(particle) + " is negative");
-    if (batch < 0) throw OpenMMException("NNPForce: batch index " + std::to_string(batch) + " of particle " + std::to_string(particle) + " is negative");
+    checkBatch(particle, batch);
     checkElement(atomicNumber);
     atoms.push_back({particle, atomicNumber, batch});
     return atoms.size() - 1;
+}
+
+void NNPForce::checkBatch(int particle, int batch) {
+    if (batch < 0) throw OpenMMException("NNPForce: batch index " + std::to_string(batch) + " of particle " + std::to_string(particle) + " is negative");
+    if (batch >= NNP_MAX_BATCHES)
+        throw OpenMMException("NNPForce: batch index " + std::to_string(batch) + " of particle " + std::to_string(particle) +
+                              " is too large (at most " + std::to_string(NNP_MAX_BATCHES - 1) + ")");
 }
 
 void NNPForce::checkIndex(int index) const {
@@ -73,7 +80,7 @@ void NNPForce::getAtomParameters(int index, int& particle, int& atomicNumber, in
 void NNPForce::setAtomParameters(int index, int particle, int atomicNumber, int batch) {
     checkIndex(index);
     if (particle < 0) throw OpenMMException("NNPForce: particle index " + std::to_string(particle) + " is negative");
-    if (batch < 0) throw OpenMMException("NNPForce: batch index " + std::to_string(batch) + " of particle " + std::to_string(particle) + " is negative");
+    checkBatch(particle, batch);
     checkElement(atomicNumber);
     atoms[index] = {particle, atomicNumber, batch};
 }

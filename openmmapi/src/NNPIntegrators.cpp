@@ -20,6 +20,12 @@ NNPGraphIntegrator::NNPGraphIntegrator(double stepSize) : stepsPerGraph(20), use
     NNPForceImpl::loadPlatformPlugins(); // platforms must know the kernel before a Context is made
 }
 
+void NNPGraphIntegrator::setStepSize(double size) {
+    if (!(size > 0) || !std::isfinite(size))
+        throw OpenMMException("NNPGraphIntegrator: the step size must be finite and > 0 ps, got " + std::to_string(size));
+    Integrator::setStepSize(size);
+}
+
 void NNPGraphIntegrator::setStepsPerGraph(int steps) {
     if (steps < 1) throw OpenMMException("NNPGraphIntegrator: steps per graph must be at least 1, got " + std::to_string(steps));
     stepsPerGraph = steps;

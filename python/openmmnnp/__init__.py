@@ -15,6 +15,9 @@ Helpers: :func:`createForceFromTopology`, :func:`readXYZ`, :func:`createSystemFr
 :class:`BatchEnergyReporter`; the main job is ``python -m openmmnnp.simulate``.
 Errors raise :class:`openmm.OpenMMException`.
 """
+import operator as _operator
+import os as _os
+
 import openmm as _openmm  # loads OpenMM and its plugins first
 
 from .nnpswig import NNPForce, NNPGraphIntegrator, NNPLangevinIntegrator, NNPVerletIntegrator
@@ -28,24 +31,69 @@ _addAtom = NNPForce.addAtom
 _setAtomParameters = NNPForce.setAtomParameters
 
 
-def _atomicNumber(element):
-    number = getattr(element, "atomic_number", element)
-    if isinstance(number, bool) or not isinstance(number, int):
-        raise _openmm.OpenMMException(f"NNPForce: element must be an atomic number or openmm.app.Element, got {element!r}")
+def _integer(value, what):
+    """An int from an int or a NumPy integer (as OpenMM's own methods take them); bools and floats refused."""
+    if isinstance(value, bool):
+        raise _openmm.OpenMMException(f"NNPForce: {what} must be an integer, got {value!r}")
+    try:
+        number = _operator.index(value)
+    except TypeError:
+        raise _openmm.OpenMMException(f"NNPForce: {what} must be an integer, got {value!r}") from None
+    if not -2**31 <= number < 2**31:
+        raise _openmm.OpenMMException(f"NNPForce: {what} {number} is out of range")
     return number
+
+
+def _atomicNumber(element):
+    if hasattr(element, "atomic_number"):
+        return element.atomic_number
+    try:
+        return _integer(element, "element")
+    except _openmm.OpenMMException:
+        raise _openmm.OpenMMException(f"NNPForce: element must be an atomic number or openmm.app.Element, got {element!r}") from None
+
+
+def _path(path, what="model"):
+    """A str from a str, bytes or os.PathLike (pathlib.Path) path; an embedded NUL is an error, not a cut."""
+    try:
+        text = _os.fsdecode(path)
+    except TypeError:
+        raise _openmm.OpenMMException(f"NNPForce: {what} must be a name or a path (str, bytes or os.PathLike), got {path!r}") from None
+    if "\0" in text:
+        raise _openmm.OpenMMException(f"NNPForce: {what} {text!r} contains a NUL character")
+    return text
 
 
 def addAtom(self, particle, element, batch):
     """Adds an atom: its particle index, its element (atomic number or openmm.app.Element) and its
     batch (molecule/replica index, >= 0). Returns the atom's index in the force."""
-    return _addAtom(self, particle, _atomicNumber(element), batch)
+    return _addAtom(self, _integer(particle, "particle"), _atomicNumber(element), _integer(batch, "batch"))
 
 
 def setAtomParameters(self, index, particle, element, batch):
     """Changes an atom; call updateParametersInContext() to apply it to a Context."""
-    return _setAtomParameters(self, index, particle, _atomicNumber(element), batch)
+    return _setAtomParameters(self, _integer(index, "atom index"), _integer(particle, "particle"),
+                              _atomicNumber(element), _integer(batch, "batch"))
 
 
+_init = NNPForce.__init__
+_findModel = NNPForce.findModel
+_convertModel = NNPForce.convertModel
+
+
+def _initForce(self, model):
+    """NNPForce(model): a model name ("ani2x") or path (.nnpm, or an ANI model zoo .info)."""
+    _init(self, _path(model))
+
+
+NNPForce.__init__ = _initForce
+NNPForce.findModel = staticmethod(lambda nameOrPath: _findModel(_path(nameOrPath)))
+NNPForce.convertModel = staticmethod(lambda source, destination: _convertModel(_path(source, "source"),
+                                                                               _path(destination, "destination")))
+_getAtomParameters = NNPForce.getAtomParameters
+_setEnsembleMember = NNPForce.setEnsembleMember
+NNPForce.getAtomParameters = lambda self, index: _getAtomParameters(self, _integer(index, "atom index"))
+NNPForce.setEnsembleMember = lambda self, member: _setEnsembleMember(self, _integer(member, "ensemble member"))
 NNPForce.addAtom = addAtom
 NNPForce.setAtomParameters = setAtomParameters
 

@@ -125,3 +125,36 @@ def test_plugin_loaded():
     assert not [f for f in openmmnnp.NNPForce.getPluginLoadFailures() if "Reference" in f]
     names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
     assert "Reference" in names and "CPU" in names
+
+
+def test_python_argument_types(tmp_path):
+    """NumPy integers, pathlib and bytes paths are taken as OpenMM's own methods take them; bools,
+    floats, NUL characters and batch indices past the limit are refused with OpenMMException."""
+    import pathlib
+    import numpy as np
+    force = openmmnnp.NNPForce(pathlib.Path(ANI1X))
+    assert force.getModelPath() == os.path.abspath(ANI1X)
+    assert openmmnnp.NNPForce(os.fsencode(ANI1X)).getNumEnsembleMembers() == 8
+    assert openmmnnp.NNPForce.findModel(pathlib.Path(ANI1X)) == os.path.abspath(ANI1X)
+    assert force.addAtom(np.int64(0), np.int32(6), np.int16(3)) == 0
+    force.setAtomParameters(np.int64(0), np.int64(1), np.int8(1), np.int64(2))
+    assert force.getAtomParameters(np.int64(0)) == [1, 1, 2]
+    force.setEnsembleMember(np.int64(1))
+    for particle, element, batch in [(0.0, 6, 0), (0, 6.0, 0), (0, 6, True), (0, "C", 0), (2**40, 6, 0)]:
+        with pytest.raises(openmm.OpenMMException):
+            force.addAtom(particle, element, batch)
+    with pytest.raises(openmm.OpenMMException, match="NUL"):
+        openmmnnp.NNPForce(ANI1X + "\0junk")
+    with pytest.raises(openmm.OpenMMException, match="must be a name or a path"):
+        openmmnnp.NNPForce(3)
+    converted = tmp_path / "ani1x.nnpm"
+    openmmnnp.NNPForce.convertModel(pathlib.Path(ANI1X), converted)
+    assert converted.is_file()
+    # batch indices: 0 .. 2^26 - 1 (the count max + 1 can never overflow)
+    force.addAtom(2, 6, 2**26 - 1)
+    assert force.getNumBatches() == 2**26
+    for batch in (2**26, 2**31 - 1):
+        with pytest.raises(openmm.OpenMMException, match="is too large"):
+            force.addAtom(3, 6, batch)
+        with pytest.raises(openmm.OpenMMException, match="is too large"):
+            force.setAtomParameters(0, 0, 6, batch)

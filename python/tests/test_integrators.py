@@ -38,7 +38,15 @@ def test_units_and_settings():
 def test_errors():
     with pytest.raises(openmm.OpenMMException, match="temperature must be finite"):
         openmmnnp.NNPLangevinIntegrator(-1, 1, 0.001)
+    for bad in (float("nan"), float("inf"), 0.0, -0.001):
+        with pytest.raises(openmm.OpenMMException, match="step size must be finite and > 0"):
+            openmmnnp.NNPVerletIntegrator(bad)
+        with pytest.raises(openmm.OpenMMException, match="step size must be finite and > 0"):
+            openmmnnp.NNPLangevinIntegrator(300, 1, bad)
     integrator = openmmnnp.NNPVerletIntegrator(0.001)
+    with pytest.raises(openmm.OpenMMException, match="step size must be finite and > 0"):
+        integrator.setStepSize(float("nan"))
+    assert integrator.getStepSize() == 0.001 * unit.picosecond
     with pytest.raises(openmm.OpenMMException, match="at least 1"):
         integrator.setStepsPerGraph(0)
     with pytest.raises(openmm.OpenMMException, match="not bound to a context"):

@@ -148,3 +148,80 @@ def test_install_command(tmp_path):
     listing = subprocess.run([sys.executable, "-m", "openmmnnp.models"], capture_output=True, text=True,
                              env=dict(os.environ, NNP_MODEL_PATH=str(dest)), timeout=60)
     assert listing.returncode == 0 and f"ani1x    {dest / 'ani1x.nnpm'}" in listing.stdout
+
+
+def nnpm_bytes():
+    with open(openmmnnp.NNPForce.findModel("ani1x"), "rb") as f:
+        return f.read()
+
+
+def test_model_file_checks(tmp_path):
+    """Clear messages for empty, foreign and oversized files, decided from the header and the file's
+    size before the file is read."""
+    data = nnpm_bytes()
+    empty = tmp_path / "empty.nnpm"
+    empty.write_bytes(b"")
+    with pytest.raises(openmm.OpenMMException, match="is empty"):
+        openmmnnp.NNPForce(str(empty))
+    flipped = tmp_path / "flipped.nnpm"
+    flipped.write_bytes(b"X" + data[1:])
+    with pytest.raises(openmm.OpenMMException, match="not a model: not an .nnpm file"):
+        openmmnnp.NNPForce(str(flipped))
+    binary = tmp_path / "binary.dat"
+    binary.write_bytes(b"\x00\x01garbage" * 10)
+    with pytest.raises(openmm.OpenMMException, match="not a model"):
+        openmmnnp.NNPForce(str(binary))
+    # a valid header in front of a 5 GB (sparse) file: refused from the sizes, nothing read
+    huge = tmp_path / "huge.nnpm"
+    with open(huge, "wb") as f:
+        f.write(data[:20])
+        f.truncate(5 * 2**30)
+    with pytest.raises(openmm.OpenMMException, match="model file has 5368709120 bytes, its header says"):
+        openmmnnp.NNPForce(str(huge))
+    claims = tmp_path / "claims.nnpm"
+    claims.write_bytes(data[:12] + (2**40).to_bytes(8, "little") + data[20:100])
+    with pytest.raises(openmm.OpenMMException, match="more than a model may have"):
+        openmmnnp.NNPForce(str(claims))
+    truncated = tmp_path / "truncated.nnpm"
+    truncated.write_bytes(data[:-10])
+    with pytest.raises(openmm.OpenMMException, match="truncated"):
+        openmmnnp.NNPForce(str(truncated))
+
+
+def test_model_from_pipe_and_fifo(tmp_path):
+    """The file is opened once: /dev/stdin and a FIFO work (a second open used to refuse or hang)."""
+    code = "import openmmnnp, sys; print(openmmnnp.NNPForce(sys.argv[1]).getNumEnsembleMembers())"
+    data = nnpm_bytes()
+    piped = subprocess.run([sys.executable, "-c", code, "/dev/stdin"], input=data, capture_output=True, timeout=120)
+    assert piped.returncode == 0 and piped.stdout.strip() == b"8", piped.stderr
+    fifo = tmp_path / "model.fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen([sys.executable, "-c", code, str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with open(fifo, "wb") as f:
+        f.write(data)
+    out, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0 and out.strip() == b"8", err
+
+
+def test_info_files_stay_in_their_folder(tmp_path):
+    """A NeuroChem .info may only name files inside its own folder; the message does not quote the
+    foreign file."""
+    zoo = os.path.dirname(ANI1X)
+    lines = open(ANI1X).read().split("\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENT\n")
+    model = tmp_path / "models"
+    model.mkdir()
+    for line in lines[:3]:
+        name = line.strip().split("/")[0]
+        if name and not os.path.exists(model / name):
+            os.symlink(os.path.join(zoo, name), model / name)
+    for bad in ("../secret.txt", str(secret), "a/../../secret.txt"):
+        info = model / "bad.info"
+        info.write_text("\n".join([bad] + lines[1:]))
+        with pytest.raises(openmm.OpenMMException, match="outside its folder") as e:
+            openmmnnp.NNPForce(str(info))
+        assert "TOP-SECRET" not in str(e.value)
+    info = model / "good.info"
+    info.write_text("\n".join(lines))
+    assert openmmnnp.NNPForce(str(info)).getNumEnsembleMembers() == 8

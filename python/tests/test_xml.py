@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import openmm
+import pytest
 from openmm import unit
 
 import openmmnnp
@@ -76,3 +77,27 @@ def test_copy_deepcopy_pickle():
     duplicate = copy.deepcopy(force)
     duplicate.setAtomParameters(0, 0, 6, 1)
     assert force.getAtomParameters(0)[2] == 0  # independent of the original
+
+
+def test_xml_atom_count_and_strict_numbers():
+    """The XML stores the atom count: a truncated atom list fails instead of loading fewer atoms;
+    numbers in attributes are read strictly."""
+    import re
+    system, _, positions, force, _ = openmmnnp.createSystemFromXYZ("ani1x", [drug("0030"), drug("0147")])
+    force.setEmbedModelInXml(False)
+    xml = openmm.XmlSerializer.serialize(force)
+    assert f'count="{force.getNumAtoms()}"' in xml
+    again = openmmnnp.NNPForce.cast(openmm.XmlSerializer.deserialize(xml))
+    assert again.getNumAtoms() == force.getNumAtoms()
+    atoms = re.findall(r"<Atom [^>]*/>", xml)
+    truncated = xml.replace(atoms[-1], "", 1)
+    with pytest.raises(openmm.OpenMMException, match=f"announces {force.getNumAtoms()} atoms but holds {force.getNumAtoms() - 1}"):
+        openmm.XmlSerializer.deserialize(truncated)
+    for bad in (atoms[3].replace('b="0"', 'b="0x"'), atoms[3].replace('b="0"', 'b="99999999999"'),
+                atoms[3].replace('b="0"', 'b=""')):
+        assert bad != atoms[3]
+        with pytest.raises(openmm.OpenMMException, match="is not an integer"):
+            openmm.XmlSerializer.deserialize(xml.replace(atoms[3], bad, 1))
+    # a file without the count (as written before it was stored) still loads
+    old = re.sub(r'(<Atoms) count="[0-9]+"', r"\1", xml)
+    assert old != xml and openmmnnp.NNPForce.cast(openmm.XmlSerializer.deserialize(old)).getNumAtoms() == force.getNumAtoms()

@@ -4,6 +4,7 @@
 #include "openmm/serialization/SerializationNode.h"
 
 #include <cstdint>
+#include <string>
 
 using namespace NNPPlugin;
 using namespace OpenMM;
@@ -57,6 +58,22 @@ static string fromBase64(const string& in) {
     return out;
 }
 
+/* An integer attribute, read strictly: all of it a decimal int (OpenMM's getIntProperty takes "12abc" as 12). */
+static int strictInt(const SerializationNode& node, const string& name) {
+    if (!node.hasProperty(name)) throw OpenMMException("NNPForce: the XML lacks the attribute '" + name + "'");
+    const string text = node.getStringProperty(name);
+    size_t used = 0;
+    long long value = 0;
+    try {
+        value = std::stoll(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (text.empty() || used != text.size() || value < INT32_MIN || value > INT32_MAX)
+        throw OpenMMException("NNPForce: the XML attribute " + name + "=\"" + text.substr(0, 40) + "\" is not an integer");
+    return (int)value;
+}
+
 NNPForceProxy::NNPForceProxy() : SerializationProxy("NNPForce") {}
 
 void NNPForceProxy::serialize(const void* object, SerializationNode& node) const {
@@ -71,6 +88,7 @@ void NNPForceProxy::serialize(const void* object, SerializationNode& node) const
     node.setBoolProperty("modelEmbedded", force.getEmbedModelInXml());
     if (force.getEmbedModelInXml()) node.setStringProperty("modelData", toBase64(force.getModelData()));
     SerializationNode& atoms = node.createChildNode("Atoms");
+    atoms.setIntProperty("count", force.getNumAtoms());
     for (int i = 0; i < force.getNumAtoms(); i++) {
         int particle, z, batch;
         force.getAtomParameters(i, particle, z, batch);
@@ -79,7 +97,7 @@ void NNPForceProxy::serialize(const void* object, SerializationNode& node) const
 }
 
 void* NNPForceProxy::deserialize(const SerializationNode& node) const {
-    int version = node.getIntProperty("version");
+    int version = strictInt(node, "version");
     if (version != 1)
         throw OpenMMException("NNPForce: unsupported XML version " + std::to_string(version) + " (this plugin reads version 1)");
     NNPForce* force;
@@ -88,13 +106,18 @@ void* NNPForceProxy::deserialize(const SerializationNode& node) const {
     else
         force = new NNPForce(node.getStringProperty("modelPath"));
     try {
-        force->setForceGroup(node.getIntProperty("forceGroup"));
+        force->setForceGroup(strictInt(node, "forceGroup"));
         force->setName(node.getStringProperty("name"));
         force->setUsesPeriodicBoundaryConditions(node.getBoolProperty("usesPeriodic"));
-        force->setEnsembleMember(node.getIntProperty("ensembleMember"));
+        force->setEnsembleMember(strictInt(node, "ensembleMember"));
         force->setEmbedModelInXml(node.getBoolProperty("modelEmbedded"));
-        for (const SerializationNode& atom : node.getChildNode("Atoms").getChildren())
-            force->addAtom(atom.getIntProperty("p"), atom.getIntProperty("z"), atom.getIntProperty("b"));
+        const SerializationNode& atoms = node.getChildNode("Atoms");
+        for (const SerializationNode& atom : atoms.getChildren())
+            force->addAtom(strictInt(atom, "p"), strictInt(atom, "z"), strictInt(atom, "b"));
+        // Files written before the count was stored have none; with one, a truncated list is an error.
+        if (atoms.hasProperty("count") && strictInt(atoms, "count") != force->getNumAtoms())
+            throw OpenMMException("NNPForce: the XML announces " + atoms.getStringProperty("count") + " atoms but holds " +
+                                  std::to_string(force->getNumAtoms()) + " (a truncated or edited file?)");
     } catch (...) {
         delete force;
         throw;

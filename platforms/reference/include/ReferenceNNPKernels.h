@@ -29,6 +29,7 @@ private:
     std::shared_ptr<const NNPModel> model;
     nnp_plan* plan;
     bool periodic;
+    bool threadsSet = false; // the CPU platform's Threads property, applied at the first evaluation
     std::vector<int32_t> particles;
     std::vector<double> positions, forces, batchEnergies;
 };

@@ -3,6 +3,9 @@
 #include "openmm/internal/ContextImpl.h"
 #include "openmm/reference/ReferencePlatform.h"
 
+#include <algorithm>
+#include <string>
+
 using namespace NNPPlugin;
 using namespace OpenMM;
 using std::vector;
@@ -33,6 +36,21 @@ void ReferenceCalcNNPForceKernel::setAtoms(const NNPForce& force) {
 }
 
 double ReferenceCalcNNPForceKernel::evaluate(ContextImpl& context, bool withForces) {
+    if (!threadsSet) {
+        // On the CPU platform the evaluation uses as many threads as OpenMM's Threads property says
+        // (which follows OPENMM_CPU_THREADS); elsewhere all cores (or NNP_NUM_THREADS).
+        const Platform& platform = context.getPlatform();
+        if (platform.getName() == "CPU") {
+            int threads = 0;
+            try {
+                threads = std::stoi(platform.getPropertyValue(context.getOwner(), "Threads"));
+            } catch (const std::exception&) {
+                threads = 0;
+            }
+            if (threads > 0) checkNNP(nnp_plan_set_num_threads(plan, std::min(threads, NNP_MAX_THREADS)), "cannot set the thread count");
+        }
+        threadsSet = true;
+    }
     ReferencePlatform::PlatformData& data = platformData(context);
     const vector<Vec3>& pos = *data.positions;
     for (size_t i = 0; i < particles.size(); i++)
