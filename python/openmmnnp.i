@@ -14,6 +14,7 @@
 #include "openmm/RPMDIntegrator.h"
 #include "openmm/RPMDMonteCarloBarostat.h"
 #include "openmm/serialization/XmlSerializer.h"
+#include <climits>
 #include <sstream>
 %}
 
@@ -50,6 +51,30 @@
     const std::vector<std::string>& v = $1;
     $result = PyList_New(v.size());
     for (size_t i = 0; i < v.size(); i++) PyList_SetItem($result, i, PyUnicode_FromString(v[i].c_str()));
+}
+
+/* Sequences of Python ints (lists; NumPy arrays arrive as lists through openmmnnp) as vector<int>. */
+%typemap(in) const std::vector<int>& (std::vector<int> v) {
+    PyObject* seq = PySequence_Fast($input, "expected a sequence of integers");
+    if (seq == NULL) SWIG_fail;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    v.reserve(n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+        long value = PyLong_Check(item) && !PyBool_Check(item) ? PyLong_AsLong(item) : -1;
+        if (!PyLong_Check(item) || PyBool_Check(item) || (value == -1 && PyErr_Occurred()) || value < INT_MIN || value > INT_MAX) {
+            PyErr_Clear();
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_TypeError, "expected integers in the 32-bit range (item %zd)", i);
+            SWIG_fail;
+        }
+        v.push_back((int)value);
+    }
+    Py_DECREF(seq);
+    $1 = &v;
+}
+%typemap(typecheck, precedence=SWIG_TYPECHECK_POINTER) const std::vector<int>& {
+    $1 = PySequence_Check($input) ? 1 : 0;
 }
 
 %apply int& OUTPUT { int& particle, int& atomicNumber, int& batch };
@@ -92,6 +117,7 @@ public:
     double getCutoff() const;
     int getNumAtoms() const;
     int addAtom(int particle, int atomicNumber, int batch);
+    int addAtoms(const std::vector<int>& particles, const std::vector<int>& atomicNumbers, const std::vector<int>& batches);
     void getAtomParameters(int index, int& particle, int& atomicNumber, int& batch) const;
     void setAtomParameters(int index, int particle, int atomicNumber, int batch);
     int getNumBatches() const;

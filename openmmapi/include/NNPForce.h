@@ -63,6 +63,12 @@ public:
      * @return the index of the atom in this force
      */
     int addAtom(int particle, int atomicNumber, int batch);
+    /**
+     * Adds many atoms at once (the same as addAtom for each, in order, but all are checked before any
+     * is added). The three vectors must have the same length.
+     * @return the index in this force of the first atom added
+     */
+    int addAtoms(const std::vector<int>& particles, const std::vector<int>& atomicNumbers, const std::vector<int>& batches);
     void getAtomParameters(int index, int& particle, int& atomicNumber, int& batch) const;
     void setAtomParameters(int index, int particle, int atomicNumber, int batch);
     /** Number of batches: the largest batch index plus one (0 without atoms). */

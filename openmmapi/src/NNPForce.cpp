@@ -64,6 +64,23 @@ void NNPForce::checkBatch(int particle, int batch) {
                               " is too large (at most " + std::to_string(NNP_MAX_BATCHES - 1) + ")");
 }
 
+int NNPForce::addAtoms(const vector<int>& particles, const vector<int>& atomicNumbers, const vector<int>& batches) {
+    if (particles.size() != atomicNumbers.size() || particles.size() != batches.size())
+        throw OpenMMException("NNPForce::addAtoms: " + std::to_string(particles.size()) + " particles, " +
+                              std::to_string(atomicNumbers.size()) + " atomic numbers and " + std::to_string(batches.size()) +
+                              " batches: the lengths must be equal");
+    vector<int> supported = getSupportedElements();
+    for (size_t i = 0; i < particles.size(); i++) {
+        if (particles[i] < 0) throw OpenMMException("NNPForce: particle index " + std::to_string(particles[i]) + " is negative");
+        checkBatch(particles[i], batches[i]);
+        if (std::find(supported.begin(), supported.end(), atomicNumbers[i]) == supported.end()) checkElement(atomicNumbers[i]);
+    }
+    int first = atoms.size();
+    atoms.reserve(atoms.size() + particles.size());
+    for (size_t i = 0; i < particles.size(); i++) atoms.push_back({particles[i], atomicNumbers[i], batches[i]});
+    return first;
+}
+
 void NNPForce::checkIndex(int index) const {
     if (index < 0 || index >= (int)atoms.size())
         throw OpenMMException("NNPForce: atom index " + std::to_string(index) + " is out of range (the force has " +

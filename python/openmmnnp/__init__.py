@@ -76,6 +76,31 @@ def setAtomParameters(self, index, particle, element, batch):
                               _atomicNumber(element), _integer(batch, "batch"))
 
 
+_addAtoms = NNPForce.addAtoms
+
+
+def _integers(values, what, elements=False):
+    """A list of ints from a sequence or NumPy array of integers (or Elements, for elements)."""
+    if hasattr(values, "dtype") and hasattr(values, "tolist"):  # NumPy: integer arrays only
+        if values.dtype.kind not in "iu":
+            raise _openmm.OpenMMException(f"NNPForce.addAtoms: {what} must be integers, got an array of {values.dtype}")
+        return values.tolist()
+    convert = _atomicNumber if elements else (lambda v: _integer(v, what))
+    return [convert(v) for v in values]
+
+
+def addAtoms(self, particles, elements, batches):
+    """Adds many atoms at once: sequences (or NumPy arrays) of particle indices, elements (atomic
+    numbers or openmm.app.Element) and batches, of equal length; all are checked before any is
+    added. Returns the index of the first atom added. Much faster than addAtom in a loop."""
+    try:
+        return _addAtoms(self, _integers(particles, "particles"), _integers(elements, "elements", True),
+                         _integers(batches, "batches"))
+    except TypeError as e:
+        raise _openmm.OpenMMException(f"NNPForce.addAtoms: {e}") from None
+
+
+NNPForce.addAtoms = addAtoms
 _init = NNPForce.__init__
 _findModel = NNPForce.findModel
 _convertModel = NNPForce.convertModel

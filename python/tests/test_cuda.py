@@ -220,3 +220,72 @@ def test_mlmm_graph_integrators():
     assert replayed[2][0] and replayed[2][1] > 0, replayed[2]
     theirs = positions_after(mixed, withCaps, openmm.VerletIntegrator(0.5 * unit.femtoseconds), [1, 25])
     assert np.array_equal(replayed[0], theirs[0]) and np.array_equal(replayed[1], theirs[1])
+
+
+def replicas_system(replicas, seed=7, spacing=2.0):
+    """`replicas` copies of drugbank-0030 (22 atoms, ANI-1x), each distorted a little differently, on
+    a grid `spacing` nm apart: (system, positions, force)."""
+    mol = openmmnnp.readXYZ(drug("0030"))
+    rng = np.random.default_rng(seed)
+    xyz = np.array(mol.positions.value_in_unit(unit.nanometer))
+    n = len(xyz)
+    side = int(np.ceil(replicas ** (1 / 3)))
+    system = openmm.System()
+    positions = []
+    for b in range(replicas):
+        offset = spacing * np.array([b % side, (b // side) % side, b // (side * side)])
+        positions.extend(xyz + offset + rng.normal(0, 0.003, xyz.shape))
+        for e in mol.elements:
+            system.addParticle(e.mass)
+    force = openmmnnp.NNPForce("ani1x")
+    force.addAtoms(range(replicas * n), [e.atomic_number for e in mol.elements] * replicas,
+                   [b for b in range(replicas) for _ in range(n)])
+    system.addForce(force)
+    return system, np.array(positions), force
+
+
+def test_identical_replicas_reordered():
+    """Identical replicas compare identical to OpenMM, which may then reorder whole molecules (it does
+    when a force uses a cutoff): per-batch energies and forces still match Reference after steps."""
+    system, positions, force = replicas_system(64)
+    cutoff = openmm.NonbondedForce()  # LJ with a cutoff: makes OpenMM sort molecules in space
+    cutoff.setNonbondedMethod(openmm.NonbondedForce.CutoffNonPeriodic)
+    cutoff.setCutoffDistance(1.0)
+    for _ in range(system.getNumParticles()):
+        cutoff.addParticle(0.0, 0.3, 0.0)
+    system.addForce(cutoff)
+    context = openmm.Context(system, openmm.VerletIntegrator(0.0002), CUDA, {"Precision": "mixed"})
+    context.setPositions(positions)
+    context.setVelocitiesToTemperature(300 * unit.kelvin, 2)
+    context.getIntegrator().step(300)  # OpenMM reorders atoms at its first step and every 250 steps
+    state = context.getState(getPositions=True, getForces=True, getEnergy=True)
+    cudaBatches = np.array(force.getBatchEnergies(context).value_in_unit(unit.kilojoule_per_mole))
+    reference = openmm.Context(system, openmm.VerletIntegrator(0.0002), openmm.Platform.getPlatformByName("Reference"))
+    reference.setPositions(state.getPositions())
+    refState = reference.getState(getForces=True, getEnergy=True)
+    refBatches = np.array(force.getBatchEnergies(reference).value_in_unit(unit.kilojoule_per_mole))
+    assert len(set(np.round(refBatches, 3))) == 64  # the replicas differ
+    assert np.all(np.abs(cudaBatches - refBatches) <= ENERGY_TOLERANCE["mixed"] * np.abs(refBatches))
+    f = state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer)
+    fRef = refState.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer)
+    assert np.sqrt(np.mean((f - fRef) ** 2) / np.mean(fRef ** 2)) <= FORCE_TOLERANCE["mixed"]
+
+
+def test_replica_setup_is_linear():
+    """Context creation on CUDA for 1,000 and 10,000 replicas: OpenMM groups identical molecules, so
+    the time per replica stays flat (it grew with the number of replicas when every batch was
+    distinct: 10,000 took 11.5 s)."""
+    import time
+    times = {}
+    for replicas in (1000, 10000, 100000):
+        system, positions, _ = replicas_system(replicas, spacing=1.5)
+        start = time.perf_counter()
+        context = openmm.Context(system, openmm.VerletIntegrator(0.0005), CUDA, {"Precision": "mixed"})
+        context.setPositions(positions)
+        context.getState(getEnergy=True)
+        times[replicas] = time.perf_counter() - start
+        del context
+    print("Context creation + first energy on CUDA: " +
+          ", ".join(f"{n:,} replicas {t:.2f} s" for n, t in times.items()))
+    assert times[10000] / 10000 < 4 * times[1000] / 1000
+    assert times[100000] < 30

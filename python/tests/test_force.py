@@ -158,3 +158,48 @@ def test_python_argument_types(tmp_path):
             force.addAtom(3, 6, batch)
         with pytest.raises(openmm.OpenMMException, match="is too large"):
             force.setAtomParameters(0, 0, 6, batch)
+
+
+def test_add_atoms_in_bulk():
+    import numpy as np
+    one = openmmnnp.NNPForce(ANI1X)
+    for p, z, b in [(0, 6, 0), (1, 1, 0), (2, 8, 1)]:
+        one.addAtom(p, z, b)
+    bulk = openmmnnp.NNPForce(ANI1X)
+    assert bulk.addAtoms([0, 1], [app.element.carbon, 1], [0, 0]) == 0
+    assert bulk.addAtoms(np.array([2]), np.array([8], dtype=np.int8), np.array([1], dtype=np.uint16)) == 2
+    assert [bulk.getAtomParameters(i) for i in range(3)] == [one.getAtomParameters(i) for i in range(3)]
+    for args, message in [(([3, 4], [6], [0, 0]), "lengths must be equal"),
+                          (([3, 4], [6, 16], [0, 0]), "not covered by model"),
+                          (([3, 4], [6, 6], [0, -1]), "is negative"),
+                          (([3, 4], [6, 6], [0, 2**26]), "too large"),
+                          ((np.array([3.0]), [6], [0]), "must be integers"),
+                          (([3, 4], [6, 6], np.array([0, 2**40])), "32-bit range")]:
+        with pytest.raises(openmm.OpenMMException, match=message):
+            bulk.addAtoms(*args)
+        assert bulk.getNumAtoms() == 3  # nothing added by a failed call
+
+
+def test_many_replicas_setup_is_linear():
+    """Context creation for 4,000 and 16,000 replicas of a 22-atom molecule on the CPU platform: the
+    time per replica does not grow with their number (it grew quadratically where every batch was
+    distinct). Prints the times; the bound is loose (4x) so that a busy machine does not fail it."""
+    import time
+    mol = openmmnnp.readXYZ(drug("0030"))
+    elements = [e.atomic_number for e in mol.elements]
+    times = {}
+    for replicas in (4000, 16000):
+        system = openmm.System()
+        for _ in range(replicas):
+            for e in mol.elements:
+                system.addParticle(e.mass)
+        force = openmmnnp.NNPForce(ANI1X)
+        n = len(elements)
+        force.addAtoms(range(replicas * n), elements * replicas, [b for b in range(replicas) for _ in range(n)])
+        system.addForce(force)
+        start = time.perf_counter()
+        context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("CPU"))
+        times[replicas] = time.perf_counter() - start
+        del context
+    print(f"\nContext creation on CPU: 4,000 replicas {times[4000]:.2f} s, 16,000 replicas {times[16000]:.2f} s")
+    assert times[16000] / 16000 < 4 * max(times[4000], 0.05) / 4000

@@ -4,6 +4,7 @@
 #include "openmm/common/ContextSelector.h"
 
 #include <map>
+#include <unordered_map>
 
 using namespace NNPPlugin;
 using namespace OpenMM;
@@ -14,32 +15,47 @@ using std::vector;
  * batch and with the same element, and each batch is one group (molecule), so that OpenMM never
  * swaps the coordinates of molecules that belong to different batches.
  */
+/* What OpenMM's CUDA platform needs to know to reorder atoms: each batch is a group (its atoms move
+   together), and two batches are identical when they hold the same elements in the same order, so
+   OpenMM may swap whole molecules of one kind (the kernels read positions through OpenMM's atom
+   index, and energies go to each atom's own batch). Comparing batches by their elements, not their
+   index, keeps OpenMM's grouping of identical molecules linear in the number of replicas. */
 class NNPPlugin::NNPForceInfo : public ComputeForceInfo {
 public:
     explicit NNPForceInfo(const NNPForce& force) { update(force); }
     void update(const NNPForce& force) {
-        atomOf.clear();
+        elementOf.clear();
         groups.clear();
         for (int i = 0; i < force.getNumAtoms(); i++) {
             int particle, z, batch;
             force.getAtomParameters(i, particle, z, batch);
-            atomOf[particle] = {z, batch};
+            elementOf[particle] = z;
             if ((int)groups.size() <= batch) groups.resize(batch + 1);
             groups[batch].push_back(particle);
         }
+        // Batches with the same element sequence get the same kind.
+        std::map<vector<int>, int> kinds;
+        kindOf.assign(groups.size(), 0);
+        for (size_t b = 0; b < groups.size(); b++) {
+            vector<int> elements;
+            elements.reserve(groups[b].size());
+            for (int particle : groups[b]) elements.push_back(elementOf[particle]);
+            kindOf[b] = kinds.emplace(std::move(elements), (int)kinds.size()).first->second;
+        }
     }
     bool areParticlesIdentical(int p1, int p2) override {
-        auto a = atomOf.find(p1), b = atomOf.find(p2);
-        if (a == atomOf.end() || b == atomOf.end()) return a == b;
+        auto a = elementOf.find(p1), b = elementOf.find(p2);
+        if (a == elementOf.end() || b == elementOf.end()) return a == b;
         return a->second == b->second;
     }
     int getNumParticleGroups() override { return groups.size(); }
     void getParticlesInGroup(int index, vector<int>& particles) override { particles = groups[index]; }
-    bool areGroupsIdentical(int g1, int g2) override { return g1 == g2; }
+    bool areGroupsIdentical(int g1, int g2) override { return kindOf[g1] == kindOf[g2]; }
 
 private:
-    std::map<int, std::pair<int, int>> atomOf; // particle → (element, batch)
-    vector<vector<int>> groups;
+    std::unordered_map<int, int> elementOf; // particle → atomic number
+    vector<vector<int>> groups;             // batch → its particles, in the force's order
+    vector<int> kindOf;                     // batch → index of its element sequence
 };
 
 CudaCalcNNPForceKernel::CudaCalcNNPForceKernel(const std::string& name, const Platform& platform, CudaContext& cu)
