@@ -48,4 +48,7 @@ NNP_FUZZ_BUILD_DIR="$work/build-fuzz" "$root/scripts/fuzz.sh" "${NNP_FUZZ_SECOND
 say "wheels: build, install into a new environment, test"
 NNP_WHEEL_BUILD="$work/build-wheel" "$root/scripts/build-wheels.sh" "$work/dist"
 "$root/scripts/test-wheels.sh" "$work/dist"
+say "benchmark: setup time for many replicas on the CPU platform (bench/replica_setup.py)"
+NNP_SHARED_DIR="$shared" "$work/venv/bin/python" "$root/bench/replica_setup.py" --replicas 1000 10000 100000 \
+  | sed 's/^/  /'
 say "all tests passed ($(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s)"

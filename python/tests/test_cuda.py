@@ -271,10 +271,9 @@ def test_identical_replicas_reordered():
     assert np.sqrt(np.mean((f - fRef) ** 2) / np.mean(fRef ** 2)) <= FORCE_TOLERANCE["mixed"]
 
 
-def test_replica_setup_is_linear():
-    """Context creation on CUDA for 1,000 and 10,000 replicas: OpenMM groups identical molecules, so
-    the time per replica stays flat (it grew with the number of replicas when every batch was
-    distinct: 10,000 took 11.5 s)."""
+def test_many_replicas():
+    """1,000 to 100,000 replicas on CUDA: the Context is made and evaluated (100,000 replicas are
+    2.2 million atoms); the setup times are printed (a benchmark: bench/replica_setup.py)."""
     import time
     times = {}
     for replicas in (1000, 10000, 100000):
@@ -282,10 +281,9 @@ def test_replica_setup_is_linear():
         start = time.perf_counter()
         context = openmm.Context(system, openmm.VerletIntegrator(0.0005), CUDA, {"Precision": "mixed"})
         context.setPositions(positions)
-        context.getState(getEnergy=True)
+        energy = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
         times[replicas] = time.perf_counter() - start
+        assert np.isfinite(energy) and energy < 0
         del context
     print("Context creation + first energy on CUDA: " +
           ", ".join(f"{n:,} replicas {t:.2f} s" for n, t in times.items()))
-    assert times[10000] / 10000 < 4 * times[1000] / 1000
-    assert times[100000] < 30

@@ -179,27 +179,3 @@ def test_add_atoms_in_bulk():
             bulk.addAtoms(*args)
         assert bulk.getNumAtoms() == 3  # nothing added by a failed call
 
-
-def test_many_replicas_setup_is_linear():
-    """Context creation for 4,000 and 16,000 replicas of a 22-atom molecule on the CPU platform: the
-    time per replica does not grow with their number (it grew quadratically where every batch was
-    distinct). Prints the times; the bound is loose (4x) so that a busy machine does not fail it."""
-    import time
-    mol = openmmnnp.readXYZ(drug("0030"))
-    elements = [e.atomic_number for e in mol.elements]
-    times = {}
-    for replicas in (4000, 16000):
-        system = openmm.System()
-        for _ in range(replicas):
-            for e in mol.elements:
-                system.addParticle(e.mass)
-        force = openmmnnp.NNPForce(ANI1X)
-        n = len(elements)
-        force.addAtoms(range(replicas * n), elements * replicas, [b for b in range(replicas) for _ in range(n)])
-        system.addForce(force)
-        start = time.perf_counter()
-        context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("CPU"))
-        times[replicas] = time.perf_counter() - start
-        del context
-    print(f"\nContext creation on CPU: 4,000 replicas {times[4000]:.2f} s, 16,000 replicas {times[16000]:.2f} s")
-    assert times[16000] / 16000 < 4 * max(times[4000], 0.05) / 4000
