@@ -126,3 +126,21 @@ def test_main_job_empty_molecule(tmp_path):
     (tmp_path / "empty.xyz").write_text("0\nno atoms\n")
     result = simulate("--molecules", str(tmp_path), "--platform", "Reference")
     assert result.returncode != 0 and "announces 0 atoms" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_force_from_topology_errors():
+    topology = app.Topology()
+    residue = topology.addResidue("MOL", topology.addChain())
+    for e in (app.element.carbon, app.element.hydrogen):
+        topology.addAtom(e.symbol, e, residue)
+    for atoms, message in [([0, 5], "atom index 5 is out of range: the Topology has 2 atoms"),
+                           ([0, -1], "atom index -1 is out of range"),
+                           (["C"], "atoms must be Topology atoms or atom indices"),
+                           ([0, 0], "an atom is listed twice")]:
+        with pytest.raises(openmm.OpenMMException, match=message):
+            openmmnnp.createForceFromTopology(ANI1X, topology, atoms=atoms)
+    with pytest.raises(openmm.OpenMMException, match="batches='molecule' needs the Topology's bonds"):
+        openmmnnp.createForceFromTopology(ANI1X, topology, batches="molecule")
+    import numpy as np
+    force = openmmnnp.createForceFromTopology(ANI1X, topology, atoms=np.array([1, 0]), batches="all")
+    assert [force.getAtomParameters(i) for i in range(2)] == [[1, 1, 0], [0, 6, 0]]
