@@ -179,3 +179,21 @@ def test_add_atoms_in_bulk():
             bulk.addAtoms(*args)
         assert bulk.getNumAtoms() == 3  # nothing added by a failed call
 
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs at least 2 cores to tell 1 thread from several")
+def test_cpu_threads_property():
+    """The CPU platform's Threads property sets the NNP evaluation's threads: with Threads=1 the
+    process uses no more CPU time than wall time (it used every core before)."""
+    import time
+    system, _, positions, _, _ = openmmnnp.createSystemFromXYZ(ANI2X, [drug("0030"), drug("0147"), drug("0009")])
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("CPU"),
+                             {"Threads": "1"})
+    context.setPositions(positions)
+    context.getState(getForces=True)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(3):
+        context.getState(getEnergy=True, getForces=True)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(f"\nThreads=1: {cpu:.2f} s CPU time in {wall:.2f} s")
+    assert cpu < 1.25 * wall
