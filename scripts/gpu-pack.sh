@@ -24,6 +24,7 @@ tar cf - -C "$tmp/keep" OpenMM.libs | xz -9 -T0 > "$d/openmm-libs.tar.xz"
 cp /usr/include/bzlib.h "$d/include/"
 cp -L /lib/x86_64-linux-gnu/libbz2.so.1.0 "$d/lib/libbz2.so.1.0" && ln -sf libbz2.so.1.0 "$d/lib/libbz2.so"
 tar cf - -C "$shared" molecules/druglike molecules/misc | xz -9 > "$d/molecules.tar.xz"
+cp "$shared/models/ani-model-zoo/LICENSE" "$d/LICENSE-ani-model-zoo"  # the build installs it beside the models
 for m in ani1x:ani-1x_8x ani2x:ani-2x_8x; do
   "$root/build/core/nnp-convert" "$shared/models/ani-model-zoo/${m#*:}.info" "$tmp/${m%%:*}.nnpm" > /dev/null
   "$venv/bin/python" -c "

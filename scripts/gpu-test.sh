@@ -21,6 +21,7 @@ for step in "${steps[@]}"; do
     mkdir -p "$d/omm" "$d/shared/models/ani-model-zoo"
     [ -d "$OPENMM_DIR" ] || tar xJf "$d/openmm-libs.tar.xz" -C "$d/omm"
     [ -d "$d/shared/molecules" ] || tar xJf "$d/molecules.tar.xz" -C "$d/shared"
+    cp "$d/LICENSE-ani-model-zoo" "$d/shared/models/ani-model-zoo/LICENSE"
     python3 - "$d" <<'PY'
 import lzma, os, sys
 import numpy as np
@@ -37,7 +38,7 @@ PY
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
     rm -f "$root/build-gpu/CMakeCache.txt"
     cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNNP_BUILD_PYTHON=OFF \
-      -DNNP_SHARED_DIR="$d/shared" -DBZIP2_INCLUDE_DIR="$d/include" \
+      -DNNP_SHARED_DIR="$d/shared" -DNNP_MODELS="ani1x;ani2x" -DBZIP2_INCLUDE_DIR="$d/include" \
       -DBZIP2_LIBRARY_RELEASE="$(ls /usr/lib/x86_64-linux-gnu/libbz2.so* /lib/x86_64-linux-gnu/libbz2.so* "$d"/lib/libbz2.so 2>/dev/null | head -n 1)" > "$out/configure.log" 2>&1 \
       || { tail -n 40 "$out/configure.log"; exit 1; }
     cmake --build "$root/build-gpu" -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -n 40; exit 1; }
