@@ -3,13 +3,15 @@
 # OpenMM): OpenMM 8.6.1's libraries, CUDA platform and headers (from the PyPI wheels for Python
 # 3.12), libbz2 and its header, the drug-like molecules, and ANI-1x/ANI-2x converted to .nnpm,
 # byte-shuffled and xz-compressed (the raw zoo does not fit the 64 MiB a device call carries).
+# It builds the nnp-convert it needs from this tree (C only) and works in a copy without .git.
 # Then: scripts/gpu-test.sh [build test sanitize bench] on the GPU machine, carrying .device.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 shared="${NNP_SHARED_DIR:-$root/../shared}"
 d="$root/.device"
-venv="${NNP_VENV:-$HOME/.cache/openmm-nnp/venv}"
-grep -qx "/.device/" "$root/.git/info/exclude" 2>/dev/null || echo "/.device/" >> "$root/.git/info/exclude"
+if [ -d "$root/.git" ]; then  # a copy without .git (an export, a tarball) packs the same
+  grep -qx "/.device/" "$root/.git/info/exclude" 2>/dev/null || echo "/.device/" >> "$root/.git/info/exclude"
+fi
 mkdir -p "$d/include" "$d/lib"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -24,13 +26,17 @@ tar cf - -C "$tmp/keep" OpenMM.libs | xz -9 -T0 > "$d/openmm-libs.tar.xz"
 cp /usr/include/bzlib.h "$d/include/"
 cp -L /lib/x86_64-linux-gnu/libbz2.so.1.0 "$d/lib/libbz2.so.1.0" && ln -sf libbz2.so.1.0 "$d/lib/libbz2.so"
 tar cf - -C "$shared" molecules/druglike molecules/misc | xz -9 > "$d/molecules.tar.xz"
+# nnp-convert from this tree, built here (C only: no OpenMM, no CUDA, no prior build needed).
+cmake -S "$root" -B "$tmp/convert" -DCMAKE_BUILD_TYPE=Release -DNNP_BUILD_OPENMM=OFF -DNNP_BUILD_CUDA=OFF \
+  -DNNP_MODEL_ZOO= > "$tmp/convert.log" 2>&1 && cmake --build "$tmp/convert" --target nnp-convert -j "$(nproc)" \
+  >> "$tmp/convert.log" 2>&1 || { tail -n 30 "$tmp/convert.log"; exit 1; }
 cp "$shared/models/ani-model-zoo/LICENSE" "$d/LICENSE-ani-model-zoo"  # the build installs it beside the models
 for m in ani1x:ani-1x_8x ani2x:ani-2x_8x; do
-  "$root/build/core/nnp-convert" "$shared/models/ani-model-zoo/${m#*:}.info" "$tmp/${m%%:*}.nnpm" > /dev/null
-  "$venv/bin/python" -c "
-import numpy as np, sys
-d = np.fromfile(sys.argv[1], dtype=np.uint8); n = len(d) // 4 * 4
-open(sys.argv[2], 'wb').write(d[:n].reshape(-1, 4).T.copy().tobytes() + d[n:].tobytes())" "$tmp/${m%%:*}.nnpm" "$tmp/${m%%:*}.shuf"
+  "$tmp/convert/core/nnp-convert" "$shared/models/ani-model-zoo/${m#*:}.info" "$tmp/${m%%:*}.nnpm" > /dev/null
+  python3 -c "
+import sys
+d = open(sys.argv[1], 'rb').read(); n = len(d) // 4 * 4
+open(sys.argv[2], 'wb').write(b''.join(d[k:n:4] for k in range(4)) + d[n:])" "$tmp/${m%%:*}.nnpm" "$tmp/${m%%:*}.shuf"
   xz -6 -T0 -c "$tmp/${m%%:*}.shuf" > "$d/${m%%:*}.shuf.xz"
 done
 du -sh "$d"

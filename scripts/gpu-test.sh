@@ -2,14 +2,21 @@
 # Builds and tests on the GPU machine (see docs/cuda.md). Expects, in the ignored folder .device/
 # (made by scripts/gpu-pack.sh on a development machine): openmm-libs.tar.xz (OpenMM 8.6.1's
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
-# byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to $OUT (or .device/out).
+# byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
+# is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
 #   scripts/gpu-test.sh [build|test|sanitize|sanitize-integrators|integrators|show|bench|bench-integrators|profile|kernels|stalls|marginal|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 d="$root/.device"
-out="${OUT:-$d/out}"
+# Logs go to .device/out; when the device tool's $OUT is set they also come back as one archive,
+# $OUT/gpu-test.tar.gz (the tool returns at most 8 files), whatever way the script ends.
+out="$d/out"
+rm -rf "$out"
 mkdir -p "$out"
+if [ -n "${OUT:-}" ] && [ "$OUT" != "$out" ]; then
+  trap 'tar czf "$OUT/gpu-test.tar.gz" -C "$d" out' EXIT
+fi
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(build test sanitize)
 export OPENMM_DIR="$d/omm/OpenMM.libs"
