@@ -1,7 +1,7 @@
 /*
  * Benchmark of NNPForce on the CUDA platform (ANI-2x, 8 members): MD steps of 1, 10, 100 and all
  * drug-like molecules (one batch each), launched eagerly and replayed from a CUDA graph of whole
- * steps, plus the stage breakdown of libnnp's evaluation (NNP_CUDA_PROFILE) for the same atoms.
+ * steps, plus the stage breakdown of libnnp's evaluation (nnp_plan_set_cuda_profiling) for the same atoms.
  *   bench_nnp SHARED_DIR [sizes...]
  * Reports µs/step, ns/day at 1 fs, molecule-steps/s, atom-steps/s and the per-batch reduction's share,
  * and the host's own time to launch one eager step.
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
             io.forces_format = NNP_FORCES_XYZ_DOUBLE;
             io.energy = d_e;
             io.energy_is_double = 1;
-            setenv("NNP_CUDA_PROFILE", "1", 1);
+            nnp_plan_set_cuda_profiling(plan, 1);
             double us[7] = {0}, sum[7] = {0};
             for (int r = 0; r < 6; r++) {
                 nnp_evaluate_cuda(plan, &io);
@@ -108,7 +108,6 @@ int main(int argc, char** argv) {
                 if (r > 0)
                     for (int k = 0; k < 7; k++) sum[k] += us[k] / 5;
             }
-            unsetenv("NNP_CUDA_PROFILE");
             double total = 0;
             for (int k = 0; k < 7; k++) total += sum[k];
             share = sum[6] / graph * 100;

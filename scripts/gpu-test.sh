@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-integrators|integrators|show|bench|bench-integrators|profile|kernels|stalls|marginal|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-integrators|integrators|show|bench|bench-integrators|profile|kernels|stalls|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -65,28 +65,24 @@ PY
       env ${quick:+NNP_TEST_QUICK=1} timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-$tool.log" 2>&1
       echo "compute-sanitizer $tool on test_cuda: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" | tail -n 1))"
     done
-    # The many-rows GEMM runs only on the large systems of the whole test: racecheck that kernel there
-    # (about 2-5 minutes; RACECHECK_BIG=0 skips it).
-    [ "${RACECHECK_BIG:-1}" = 0 ] && { echo "racecheck of k_gemm_big*: skipped (RACECHECK_BIG=0)"; continue; }
-    timeout 300 compute-sanitizer --tool racecheck --kernel-name kns=k_gemm_big --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-racecheck-big.log" 2>&1
-    echo "compute-sanitizer racecheck (k_gemm_big*) on test_cuda: exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-big.log" | tail -n 1))" ;;
+    # The many-rows GEMMs run only on large systems: racecheck them on the 40-molecule system alone
+    # (NNP_TEST_QUICK=large; no cluster kernel runs there, see sanitize-integrators).
+    NNP_TEST_QUICK=large timeout 300 compute-sanitizer --tool racecheck --kernel-name kns=k_gemm_big --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-racecheck-big.log" 2>&1
+    echo "compute-sanitizer racecheck (k_gemm_big*) on test_cuda (large system): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-big.log" | tail -n 1))" ;;
   sanitize-integrators)
-    # The integrators' test (graphs of OpenMM's kernels and ours), without statistics and drift.
-    # racecheck (shared-memory hazards) on the integrators' own kernels; libnnp's kernels have their
-    # racecheck run in the `sanitize` step, and under racecheck the whole test takes too long.
-    # compute-sanitizer 2025 (CUDA 13.0) fails with "Internal Sanitizer Error: The Sanitizer failed
-    # to handle a hardware exception" when racecheck leaves out a kernel that reads distributed
-    # shared memory (k_gemm_mma's cluster_fixup; scripts/sanitizer-cluster-repro.cu): the filtered
-    # racecheck runs with NNP_CUDA_CLUSTER=0, and k_gemm_mma gets a racecheck of its own.
-    for tool in memcheck racecheck racecheck-mma; do
-      filter=""; env=""
-      [ "$tool" = racecheck ] && { filter="--kernel-name kns=nnpLangevin"; env="NNP_CUDA_CLUSTER=0"; }
-      [ "$tool" = racecheck-mma ] && filter="--kernel-name kns=k_gemm_mma"
+    # The integrators' test (graphs of OpenMM's kernels and ours), without statistics and drift:
+    # memcheck on everything, racecheck (shared-memory hazards) on libnnp's kernels (names k_*; the
+    # integrators' own kernel uses no shared memory). compute-sanitizer 2025 (CUDA 13.0) fails with
+    # "Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception" when racecheck
+    # leaves out a kernel that reads distributed shared memory (k_gemm_mma's cluster_fixup;
+    # scripts/sanitizer-cluster-repro.cu): the filter keeps every k_* kernel in.
+    for tool in memcheck racecheck; do
+      filter=""; [ "$tool" = racecheck ] && filter="--kernel-name kns=k_"
       # --report-api-errors no: OpenMM probes its kernel cache with cuModuleLoad, and every miss
       # (CUDA_ERROR_FILE_NOT_FOUND, then it compiles) would count as an error; memory errors still count.
-      env $env NNP_TEST_QUICK=1 OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 280 compute-sanitizer --tool "${tool%-mma}" $filter --report-api-errors no --error-exitcode 9 \
+      NNP_TEST_QUICK=1 OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 280 compute-sanitizer --tool "$tool" $filter --report-api-errors no --error-exitcode 9 \
         "$root/build-gpu/platforms/cuda/TestCudaNNPIntegrators" > "$out/sanitizer-integrators-$tool.log" 2>&1
-      echo "compute-sanitizer $tool on TestCudaNNPIntegrators${env:+ ($env)}: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-integrators-$tool.log" | tail -n 1); $(grep -cE 'FAILED' "$out/sanitizer-integrators-$tool.log") failed checks)"
+      echo "compute-sanitizer $tool on TestCudaNNPIntegrators: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-integrators-$tool.log" | tail -n 1); $(grep -cE 'FAILED' "$out/sanitizer-integrators-$tool.log") failed checks)"
     done ;;
   integrators)
     for p in ${PRECISIONS:-mixed}; do
@@ -105,15 +101,13 @@ PY
     # Variants compared in one call: this tree ("current") and, for each "name:file" of AB, a copy
     # with the patch file applied ("name:-file": reversed). Each is built (in parallel) and checked
     # by test_cuda, then bench_nnp runs at BENCH_SIZES (default "1 837") for each in turn,
-    # AB_ROUNDS times (default 2), so that the variants share the machine's state. "name:@VAR=value"
-    # is this tree's build run with the environment variable VAR=value (a tuning switch).
-    names=(current); dirs=("$root"); envs=("")
+    # AB_ROUNDS times (default 2), so that the variants share the machine's state.
+    names=(current); dirs=("$root")
     for spec in ${AB:-}; do
       name="${spec%%:*}"; pf="${spec#*:}"; rev=""; [ "${pf#-}" != "$pf" ] && { rev=-R; pf="${pf#-}"; }
-      if [ "${pf#@}" != "$pf" ]; then names+=("$name"); dirs+=("$root"); envs+=("${pf#@}"); continue; fi
       dir="/tmp/ab-$name"; rm -rf "$dir"; mkdir -p "$dir"
       (cd "$root" && tar cf - --exclude=./build-gpu .) | tar xf - -C "$dir"
-      if (cd "$dir" && patch -s $rev -p1 < "$root/$pf"); then names+=("$name"); dirs+=("$dir"); envs+=(""); else echo "ab: $pf does not apply; $name left out"; fi
+      if (cd "$dir" && patch -s $rev -p1 < "$root/$pf"); then names+=("$name"); dirs+=("$dir"); else echo "ab: $pf does not apply; $name left out"; fi
     done
     for i in "${!dirs[@]}"; do
       [ "${dirs[$i]}" = "$root" ] && { [ "$i" != 0 ] || [ -x "$root/build-gpu/bench/bench_nnp" ]; } && continue
@@ -124,14 +118,14 @@ PY
       if [ ! -x "${dirs[$i]}/build-gpu/bench/bench_nnp" ]; then
         echo "ab ${names[$i]}: build failed ($(grep -m 1 -E "error:" "/tmp/ab-build-$i.log"); log /tmp/ab-build-$i.log)"; continue
       fi
-      echo "ab ${names[$i]}: $(env ${envs[$i]} "${dirs[$i]}/build-gpu/core/tests/test_cuda" 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
+      echo "ab ${names[$i]}: $("${dirs[$i]}/build-gpu/core/tests/test_cuda" 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
     done
     for r in $(seq "${AB_ROUNDS:-2}"); do
       for i in "${!dirs[@]}"; do
         [ -x "${dirs[$i]}/build-gpu/bench/bench_nnp" ] || continue
         echo "== ${names[$i]} (round $r)"
         # each copy's own OpenMM (two libOpenMMCUDA in one process abort at exit)
-        env ${envs[$i]} OPENMM_PLUGIN_DIR="${dirs[$i]}/.device/omm/OpenMM.libs/lib/plugins" "${dirs[$i]}/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-1 837} \
+        OPENMM_PLUGIN_DIR="${dirs[$i]}/.device/omm/OpenMM.libs/lib/plugins" "${dirs[$i]}/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-1 837} \
           > "/tmp/ab-bench-$i.log" 2>&1 || { echo "ab ${names[$i]}: bench_nnp exit $?:"; tail -n 5 "/tmp/ab-bench-$i.log"; }
         grep -E "^ +[0-9]+ +[0-9]+ \|" "/tmp/ab-bench-$i.log"
       done
@@ -182,16 +176,6 @@ for name, xs in sorted(t.items(), key=lambda kv: -sum(kv[1])):
     print("  %-28s %4d launches  mean %9.2f us  total %10.1f us" % (name[:28], len(xs), sum(xs) / len(xs), sum(xs)))
 PY
     done ;;
-  marginal)
-    # Each kernel's cost inside the graph-replayed step of one molecule: bench_nnp with only the first
-    # k kernels of each evaluation (NNP_CUDA_DEBUG_KERNELS=k, results wrong, timing real), k = 0..KMAX.
-    prev=""
-    for k in $(seq 0 "${KMAX:-12}"); do
-      us=$(NNP_CUDA_DEBUG_KERNELS=$k OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 60 "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 2>&1 \
-        | awk '$1 == 1 && $3 == "|" {print $5}')
-      echo "kernels $k: graph ${us:-?} us/step${prev:+ (+$(awk -v a="$us" -v b="$prev" 'BEGIN {printf "%.1f", a - b}'))}"
-      prev=$us
-    done | tee "$out/marginal.txt" ;;
   bench-integrators)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_integrators" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench-integrators.txt" ;;
   bench)

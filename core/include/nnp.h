@@ -239,10 +239,16 @@ NNP_API nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io);
  */
 NNP_API nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, double* energies);
 /**
- * Diagnostics: with the environment variable NNP_CUDA_PROFILE=1, each evaluation outside capture
- * times its stages (and waits for them). Gives the last one's 7 stage times in µs: positions (the
- * inverse of OpenMM's atom order), neighbours and AEV, network forward, output layer, network backward, AEV backward (forces),
- * per-batch reduction (batch sums and total).
+ * Diagnostics: with profiling on (enabled != 0), each CUDA evaluation outside capture times its
+ * stages with CUDA events and waits for them; it then launches its kernels one after the other
+ * (no programmatic dependent launches) and keeps the output layer apart, so the stages are slower
+ * than in a normal evaluation and the last float32 digits may differ. Off by default.
+ */
+NNP_API nnp_status nnp_plan_set_cuda_profiling(nnp_plan* plan, int enabled);
+/**
+ * Diagnostics: the last profiled evaluation's 7 stage times in µs (nnp_plan_set_cuda_profiling):
+ * positions (the inverse of OpenMM's atom order), neighbours and AEV, network forward, output
+ * layer, network backward, AEV backward (forces), per-batch reduction (batch sums and total).
  */
 NNP_API nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds);
 /**

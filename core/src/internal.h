@@ -3,6 +3,7 @@
 #define NNP_INTERNAL_H
 
 #include "nnp.h"
+#include "cuda_tuning.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -79,12 +80,14 @@ struct nnp_plan {
     int32_t* particles;   /* particle index per atom, or NULL for the identity */
     int cuda_precision;   /* nnp_precision */
     int cuda_dirty;       /* atoms, member, units or precision changed since the buffers were made */
-    void* cuda;           /* struct nnp_cuda_state (nnp_cuda.cu), NULL until the first CUDA evaluation */
+    void* cuda;           /* struct nnp_cuda_state (core/cuda/state.cuh), NULL until the first CUDA evaluation */
+    nnp_cuda_tuning cuda_tuning; /* the CUDA evaluation's tuning table (defaults: nnp_cuda_tuning_defaults) */
+    int cuda_profile;     /* time the CUDA evaluation's stages (nnp_plan_set_cuda_profiling) */
 };
 
 /* Box checks shared by the CPU and CUDA evaluations (cpu.c). */
 nnp_status nnp_check_box(const double* box, double cutoff, double to_angstrom);
-/* Frees the plan's GPU state (nnp_cuda.cu, or a no-op without CUDA). */
+/* Frees the plan's GPU state (core/cuda/nnp_cuda.cu, or a no-op without CUDA). */
 void nnp_cuda_release(nnp_plan* plan);
 
 /* Records a message for nnp_last_error() and returns status. printf-style. */

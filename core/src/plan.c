@@ -12,6 +12,7 @@ nnp_status nnp_plan_create(const nnp_model* model, nnp_plan** out) {
     plan->member = -1;
     plan->units = NNP_UNITS_ANGSTROM_HARTREE;
     plan->cuda_dirty = 1;
+    nnp_cuda_tuning_defaults(&plan->cuda_tuning);
     *out = plan;
     return NNP_OK;
 }
@@ -151,5 +152,25 @@ nnp_status nnp_plan_set_cuda_precision(nnp_plan* plan, nnp_precision precision) 
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)precision);
     if (plan->cuda_precision != (int)precision) plan->cuda_dirty = 1;
     plan->cuda_precision = precision;
+    return NNP_OK;
+}
+
+nnp_status nnp_plan_set_cuda_profiling(nnp_plan* plan, int enabled) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_cuda_profiling: plan is NULL");
+    plan->cuda_profile = enabled != 0;
+    return NNP_OK;
+}
+
+nnp_status nnp_plan_set_cuda_tuning_internal(nnp_plan* plan, const nnp_cuda_tuning* tuning) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_cuda_tuning_internal: plan is NULL");
+    if (tuning == NULL) nnp_cuda_tuning_defaults(&plan->cuda_tuning);
+    else plan->cuda_tuning = *tuning;
+    plan->cuda_dirty = 1;
+    return NNP_OK;
+}
+
+nnp_status nnp_plan_get_cuda_tuning_internal(const nnp_plan* plan, nnp_cuda_tuning* tuning) {
+    if (plan == NULL || tuning == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_get_cuda_tuning_internal: NULL argument");
+    *tuning = plan->cuda_tuning;
     return NNP_OK;
 }

@@ -1,8 +1,10 @@
-#define _POSIX_C_SOURCE 200809L /* setenv */
 /*
- * The CUDA evaluation against the CPU evaluation, and captured into a CUDA graph and replayed.
+ * The CUDA evaluation against the CPU evaluation, and captured into a CUDA graph and replayed;
+ * the variants of the tuning table (core/src/cuda_tuning.h) against the CPU, and bit for bit
+ * against the defaults where they add the same terms in the same order.
  * Skips (exit code 77, with the reason) where no CUDA device is present.
  */
+#include "../src/cuda_tuning.h"
 #include "test.h"
 
 #include <cuda_runtime_api.h>
@@ -16,6 +18,15 @@
             exit(1);                                                                             \
         }                                                                                        \
     } while (0)
+
+/* The tuning table every GPU plan of the comparisons below gets (the defaults unless a test says). */
+static nnp_cuda_tuning tuning;
+static nnp_plan* gpu_plan(nnp_model* model) {
+    nnp_plan* plan = NULL;
+    CHECK_OK(nnp_plan_create(model, &plan));
+    CHECK_OK(nnp_plan_set_cuda_tuning_internal(plan, &tuning));
+    return plan;
+}
 
 typedef struct system_t {
     int32_t n, n_batches;
@@ -147,7 +158,7 @@ static int32_t last_classes; /* classes of the last comparison's CUDA layout */
 static void compare_energy_only(nnp_model* model, const system_t* s) {
     nnp_plan *cpu, *gpu;
     CHECK_OK(nnp_plan_create(model, &cpu));
-    CHECK_OK(nnp_plan_create(model, &gpu));
+    gpu = gpu_plan(model);
     CHECK_OK(nnp_plan_set_atoms(cpu, s->n, s->z, s->batch));
     CHECK_OK(nnp_plan_set_atoms(gpu, s->n, s->z, s->batch));
     double e_cpu, e_gpu = 0, *b_cpu = malloc(sizeof(double) * (s->n_batches + 1)), *b_gpu = malloc(sizeof(double) * (s->n_batches + 1));
@@ -184,7 +195,7 @@ static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member
     nnp_plan* cpu;
     nnp_plan* gpu;
     CHECK_OK(nnp_plan_create(model, &cpu));
-    CHECK_OK(nnp_plan_create(model, &gpu));
+    gpu = gpu_plan(model);
     CHECK_OK(nnp_plan_set_atoms(cpu, s->n, s->z, s->batch));
     CHECK_OK(nnp_plan_set_atoms(gpu, s->n, s->z, s->batch));
     CHECK_OK(nnp_plan_set_member(cpu, member));
@@ -225,9 +236,9 @@ static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member
     nnp_plan_free(gpu);
 }
 
-/* The same evaluation with the tuning variable `name` set to `value` and unset: bit-identical where
-   the variable only changes which kernel adds the same terms in the same order. */
-static void compare_bitwise_with_env(nnp_model* model, const system_t* s, const char* name, const char* value) {
+/* The same evaluation with the tuning table `variant` and with the defaults: bit-identical where the
+   variant only changes which kernel adds the same terms in the same order. */
+static void compare_bitwise(nnp_model* model, const system_t* s, const nnp_cuda_tuning* variant, const char* what) {
     double e[2], *f[2], *b[2];
     double *d_pos, *d_forces, *d_energy;
     CUDA_OK(cudaMalloc((void**)&d_pos, sizeof(double) * 3 * s->n));
@@ -236,16 +247,15 @@ static void compare_bitwise_with_env(nnp_model* model, const system_t* s, const 
     CUDA_OK(cudaMemcpy(d_pos, s->pos, sizeof(double) * 3 * s->n, cudaMemcpyHostToDevice));
     for (int m = 0; m < 2; m++) {
         f[m] = malloc(sizeof(double) * 3 * s->n), b[m] = malloc(sizeof(double) * (s->n_batches + 1));
-        if (m == 1) setenv(name, value, 1);
         nnp_plan* gpu;
         CHECK_OK(nnp_plan_create(model, &gpu));
+        CHECK_OK(nnp_plan_set_cuda_tuning_internal(gpu, m == 1 ? variant : NULL));
         CHECK_OK(nnp_plan_set_atoms(gpu, s->n, s->z, s->batch));
         CHECK_OK(eval_plain(gpu, 0, d_pos, d_forces, d_energy, f[m], &e[m], b[m]));
         nnp_plan_free(gpu);
-        unsetenv(name);
     }
     const int same = e[1] == e[0] && memcmp(f[1], f[0], sizeof(double) * 3 * s->n) == 0 && memcmp(b[1], b[0], sizeof(double) * s->n_batches) == 0;
-    printf("%d atoms, %s=%s: energy %.10f, default %.10f: %s\n", s->n, name, value, e[1], e[0], same ? "bit-identical" : "DIFFERENT");
+    printf("%d atoms, %s: energy %.10f, default %.10f: %s\n", s->n, what, e[1], e[0], same ? "bit-identical" : "DIFFERENT");
     CHECK(same);
     for (int m = 0; m < 2; m++) free(f[m]), free(b[m]);
     CUDA_OK(cudaFree(d_pos));
@@ -467,9 +477,21 @@ int main(void) {
         printf("test_cuda: skipped: %s\n", "no CUDA device (or libnnp built without CUDA)");
         return 77;
     }
+    nnp_cuda_tuning_defaults(&tuning);
     nnp_model* model = load_model_or_die("models/ani-model-zoo/ani-2x_8x.info");
     system_t s = make_system();
-    if (getenv("NNP_TEST_QUICK") != NULL) { /* for slow tools (compute-sanitizer racecheck): one comparison */
+    const char* quick = getenv("NNP_TEST_QUICK");
+    if (quick != NULL && strcmp(quick, "large") == 0) { /* for racecheck of the many-rows GEMMs: one large system */
+        system_t large = make_large_system(40);
+        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        tuning.big_vectorized = 0;
+        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        free(large.z), free(large.batch), free(large.pos);
+        free(s.z), free(s.batch), free(s.pos);
+        nnp_model_free(model);
+        return test_finish("test_cuda (large)");
+    }
+    if (quick != NULL) { /* for slow tools (compute-sanitizer racecheck): few comparisons */
         compare_with_cpu(model, &s, 0, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         system_t one = make_large_system(1); /* the tensor-core few-rows GEMM and the split AEV backward */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
@@ -493,31 +515,34 @@ int main(void) {
         test_openmm_layout_and_capture(model, &one); /* a single batch, OpenMM's layout, in a graph */
         compare_energy_only(model, &one);
         /* The output layer as a launch of its own (k_output) instead of inside the last forward. */
-        setenv("NNP_CUDA_FUSE_OUTPUT", "0", 1);
+        tuning.fuse_output = 0;
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         compare_energy_only(model, &one);
-        unsetenv("NNP_CUDA_FUSE_OUTPUT");
+        nnp_cuda_tuning_defaults(&tuning);
         /* Each atom's AEV in one block of 1,024 threads instead of over several blocks (k_aev's
-           slices; the default for one molecule). */
-        setenv("NNP_CUDA_AEV_SLICES", "1", 1);
+           slices; the default for one molecule), and the AEV backward in one block per atom. */
+        tuning.aev_slices = 1;
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
-        unsetenv("NNP_CUDA_AEV_SLICES");
+        tuning.bwd_slices = 1;
+        compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        nnp_cuda_tuning_defaults(&tuning);
         /* The last backward GEMM's split-K parts added by its own last blocks instead of by the
            AEV backward (DeferredSum, the default for one molecule): the same sums in the same
            order, so bit-identical. */
-        setenv("NNP_CUDA_DEFER", "0", 1);
-        compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
-        unsetenv("NNP_CUDA_DEFER");
-        compare_bitwise_with_env(model, &one, "NNP_CUDA_DEFER", "0");
+        nnp_cuda_tuning variant;
+        nnp_cuda_tuning_defaults(&variant);
+        variant.defer_split_k = 0;
+        compare_bitwise(model, &one, &variant, "split-K parts added by the GEMM (defer_split_k = 0)");
         /* k_gemm_mma's split-K parts added through distributed shared memory in thread-block
            clusters (cluster_fixup, the default on sm_90) or by each tile's last block
-           (NNP_CUDA_CLUSTER=0): the same sums in the same order, so bit-identical. The first
-           layer's forward is split in two for one molecule; with NNP_CUDA_DEFER=0 the last
+           (cluster_split_k = 0): the same sums in the same order, so bit-identical. The first
+           layer's forward is split in two for one molecule; with defer_split_k = 0 the last
            backward GEMM's 8 parts go through clusters too. */
-        compare_bitwise_with_env(model, &one, "NNP_CUDA_CLUSTER", "0");
-        setenv("NNP_CUDA_DEFER", "0", 1);
-        compare_bitwise_with_env(model, &one, "NNP_CUDA_CLUSTER", "0");
-        unsetenv("NNP_CUDA_DEFER");
+        nnp_cuda_tuning_defaults(&variant);
+        variant.cluster_split_k = 0;
+        compare_bitwise(model, &one, &variant, "no thread-block clusters (cluster_split_k = 0)");
+        variant.defer_split_k = 0;
+        compare_bitwise(model, &one, &variant, "no clusters, split-K parts added by the GEMM");
         /* The molecule as batch 300 of 301 (300 empty): more batches than the end of the
            evaluation keeps in shared memory for one molecule. */
         for (int32_t a = 0; a < one.n; a++) one.batch[a] = 300;
@@ -534,27 +559,37 @@ int main(void) {
         system_t large = make_large_system(40); /* >256 atoms of H and of C: the many-row GEMM kernel */
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         compare_with_cpu(model, &large, 1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
+        /* k_gemm_big (scalar loads, one shared buffer) instead of k_gemm_big4: the same sums in the
+           same order, so bit-identical. */
+        nnp_cuda_tuning variant;
+        nnp_cuda_tuning_defaults(&variant);
+        variant.big_vectorized = 0;
+        compare_bitwise(model, &large, &variant, "k_gemm_big instead of k_gemm_big4 (big_vectorized = 0)");
+        /* Ordinary launches instead of programmatic dependent ones: the same kernels, so the same bits. */
+        nnp_cuda_tuning_defaults(&variant);
+        variant.pdl = 0;
+        compare_bitwise(model, &large, &variant, "no programmatic dependent launches (pdl = 0)");
         free(large.z), free(large.batch), free(large.pos);
     }
     {
         /* S, F and Cl in some batches only: stored AEV blocks and classes of first-layer prefixes
-           (NNP_CUDA_CLASS_ROWS=0 lets even small classes stand alone). */
+           (class_rows = 0 lets even small classes stand alone). */
         system_t mixed = make_mixed_system();
         compare_with_cpu(model, &mixed, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         compare_with_cpu(model, &mixed, -1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
-        setenv("NNP_CUDA_CLASS_ROWS", "0", 1);
+        tuning.class_rows = 0;
         compare_with_cpu(model, &mixed, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         CHECK(last_classes >= 2);
-        unsetenv("NNP_CUDA_CLASS_ROWS");
+        nnp_cuda_tuning_defaults(&tuning);
         free(mixed.z), free(mixed.batch), free(mixed.pos);
         system_t large = make_large_system(40); /* the many-rows GEMM with several classes */
         mutate(&large, 5, 8, 16, 1), mutate(&large, 5, 1, 9, 2), mutate(&large, 17, 1, 17, 1), mutate(&large, 30, 1, 9, 1);
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
-        setenv("NNP_CUDA_CLASS_ROWS", "0", 1);
+        tuning.class_rows = 0;
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         CHECK(last_classes >= 2);
         compare_with_cpu(model, &large, 2, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
-        unsetenv("NNP_CUDA_CLASS_ROWS");
+        nnp_cuda_tuning_defaults(&tuning);
         free(large.z), free(large.batch), free(large.pos);
     }
     test_openmm_layout_and_capture(model, &s);

@@ -125,3 +125,19 @@ void NNPForceImpl::loadPlatformPlugins() {
     }
     for (auto registrar : list) registrar();
 }
+
+std::vector<int32_t> NNPPlugin::setPlanAtoms(nnp_plan* plan, const NNPForce& force) {
+    int n = force.getNumAtoms();
+    std::vector<int32_t> z(n), batch(n), particles(n);
+    for (int i = 0; i < n; i++) {
+        int p, atomicNumber, b;
+        force.getAtomParameters(i, p, atomicNumber, b);
+        particles[i] = p;
+        z[i] = atomicNumber;
+        batch[i] = b;
+    }
+    checkNNP(nnp_plan_set_atoms(plan, n, z.data(), batch.data()), "invalid atoms");
+    checkNNP(nnp_plan_set_particles(plan, particles.data()), "invalid particles");
+    checkNNP(nnp_plan_set_member(plan, force.getEnsembleMember()), "invalid ensemble member");
+    return particles;
+}

@@ -146,15 +146,3 @@ double NNPOpenMMStepper::computeKineticEnergy(ContextImpl& context, const NNPGra
     if (langevin) return kernel.getAs<IntegrateLangevinMiddleStepKernel>().computeKineticEnergy(context, *langevin);
     return kernel.getAs<IntegrateVerletStepKernel>().computeKineticEnergy(context, *verlet);
 }
-
-void PlainIntegrateNNPStepKernel::initialize(const System&, const NNPGraphIntegrator& integrator) {
-    stepper.initialize(context, integrator);
-}
-
-void PlainIntegrateNNPStepKernel::execute(ContextImpl& ctx, const NNPGraphIntegrator& integrator, int steps) {
-    for (int i = 0; i < steps; i++) stepper.step(ctx, integrator);
-}
-
-double PlainIntegrateNNPStepKernel::computeKineticEnergy(ContextImpl& ctx, const NNPGraphIntegrator& integrator) {
-    return stepper.computeKineticEnergy(ctx, integrator);
-}

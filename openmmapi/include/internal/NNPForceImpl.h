@@ -2,6 +2,7 @@
 #define OPENMM_NNPFORCEIMPL_H_
 
 #include "NNPForce.h"
+#include "internal/NNPModel.h"
 #include "openmm/Kernel.h"
 #include "openmm/internal/ForceImpl.h"
 
@@ -36,6 +37,12 @@ private:
     const NNPForce& owner;
     OpenMM::Kernel kernel;
 };
+
+/**
+ * Gives a libnnp plan the force's atoms (elements, batches, particle indices) and ensemble member,
+ * as every platform's kernel does; returns the particle index of each atom.
+ */
+OPENMM_EXPORT_NNP std::vector<int32_t> setPlanAtoms(nnp_plan* plan, const NNPForce& force);
 
 } // namespace NNPPlugin
 

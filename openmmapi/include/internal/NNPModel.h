@@ -5,7 +5,6 @@
 #include "nnp.h"
 
 #include <string>
-#include <vector>
 
 namespace NNPPlugin {
 
@@ -30,13 +29,6 @@ private:
 
 /** Throws an OpenMMException "NNPForce: <what>: <libnnp message>" unless status is NNP_OK. */
 OPENMM_EXPORT_NNP void checkNNP(nnp_status status, const std::string& what);
-
-class NNPForce;
-/**
- * Gives a plan the force's atoms (elements, batches, particle indices) and ensemble member, as
- * every platform's kernel does; returns the particle index of each atom.
- */
-OPENMM_EXPORT_NNP std::vector<int32_t> setPlanAtoms(nnp_plan* plan, const NNPForce& force);
 
 } // namespace NNPPlugin
 

@@ -32,20 +32,6 @@ private:
     std::unique_ptr<OpenMM::LangevinMiddleIntegrator> langevin;
 };
 
-/** The integrators' kernel where no graphs are used (Reference, CPU): OpenMM's kernels, eagerly. */
-class OPENMM_EXPORT_NNP PlainIntegrateNNPStepKernel : public IntegrateNNPStepKernel {
-public:
-    PlainIntegrateNNPStepKernel(const std::string& name, const OpenMM::Platform& platform, OpenMM::ContextImpl& context)
-        : IntegrateNNPStepKernel(name, platform), context(context) {}
-    void initialize(const OpenMM::System& system, const NNPGraphIntegrator& integrator) override;
-    void execute(OpenMM::ContextImpl& context, const NNPGraphIntegrator& integrator, int steps) override;
-    double computeKineticEnergy(OpenMM::ContextImpl& context, const NNPGraphIntegrator& integrator) override;
-
-private:
-    OpenMM::ContextImpl& context;
-    NNPOpenMMStepper stepper;
-};
-
 } // namespace NNPPlugin
 
 #endif

@@ -1,4 +1,5 @@
 #include "CudaNNPKernels.h"
+#include "internal/NNPForceImpl.h"
 #include "openmm/OpenMMException.h"
 #include "openmm/common/ComputeForceInfo.h"
 #include "openmm/common/ContextSelector.h"

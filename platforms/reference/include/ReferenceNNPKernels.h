@@ -3,6 +3,7 @@
 
 #include "NNPKernels.h"
 #include "internal/NNPModel.h"
+#include "internal/NNPOpenMMStepper.h"
 
 #include <memory>
 #include <vector>
@@ -32,6 +33,20 @@ private:
     bool threadsSet = false; // the CPU platform's Threads property, applied at the first evaluation
     std::vector<int32_t> particles;
     std::vector<double> positions, forces, batchEnergies;
+};
+
+/** The integrators' kernel where no graphs are used (Reference, CPU): OpenMM's kernels, eagerly. */
+class PlainIntegrateNNPStepKernel : public IntegrateNNPStepKernel {
+public:
+    PlainIntegrateNNPStepKernel(const std::string& name, const OpenMM::Platform& platform, OpenMM::ContextImpl& context)
+        : IntegrateNNPStepKernel(name, platform), context(context) {}
+    void initialize(const OpenMM::System& system, const NNPGraphIntegrator& integrator) override;
+    void execute(OpenMM::ContextImpl& context, const NNPGraphIntegrator& integrator, int steps) override;
+    double computeKineticEnergy(OpenMM::ContextImpl& context, const NNPGraphIntegrator& integrator) override;
+
+private:
+    OpenMM::ContextImpl& context;
+    NNPOpenMMStepper stepper;
 };
 
 } // namespace NNPPlugin

@@ -1,7 +1,6 @@
 #include "ReferenceNNPKernelFactory.h"
 #include "ReferenceNNPKernels.h"
 #include "internal/NNPForceImpl.h"
-#include "internal/NNPOpenMMStepper.h"
 #include "internal/windowsExportNNP.h"
 #include "openmm/OpenMMException.h"
 #include "openmm/reference/ReferencePlatform.h"

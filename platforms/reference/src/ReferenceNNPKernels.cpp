@@ -1,4 +1,5 @@
 #include "ReferenceNNPKernels.h"
+#include "internal/NNPForceImpl.h"
 #include "openmm/OpenMMException.h"
 #include "openmm/internal/ContextImpl.h"
 #include "openmm/reference/ReferencePlatform.h"
@@ -85,4 +86,16 @@ void ReferenceCalcNNPForceKernel::copyParametersToContext(ContextImpl&, const NN
     if (force.getInternalModel() != model)
         throw OpenMMException("NNPForce: updateParametersInContext cannot change the model");
     setAtoms(force);
+}
+
+void PlainIntegrateNNPStepKernel::initialize(const System&, const NNPGraphIntegrator& integrator) {
+    stepper.initialize(context, integrator);
+}
+
+void PlainIntegrateNNPStepKernel::execute(ContextImpl& ctx, const NNPGraphIntegrator& integrator, int steps) {
+    for (int i = 0; i < steps; i++) stepper.step(ctx, integrator);
+}
+
+double PlainIntegrateNNPStepKernel::computeKineticEnergy(ContextImpl& ctx, const NNPGraphIntegrator& integrator) {
+    return stepper.computeKineticEnergy(ctx, integrator);
 }

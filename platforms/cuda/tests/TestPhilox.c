@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "../platforms/cuda/src/nnp_philox.h"
+#include "../src/nnp_philox.h"
 
 static int kat(unsigned int c0, unsigned int c1, unsigned int c2, unsigned int c3, unsigned int k0, unsigned int k1,
                const unsigned int expect[4]) {

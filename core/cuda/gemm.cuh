@@ -1,0 +1,175 @@
+/*
+ * The networks' matrix products: the job tables (GemmJob, OutputJob), the epilogues, the split-K
+ * fix-up by the last block of a tile, and the SIMT kernel for middle row counts (k_gemm, split over
+ * k, with k_gemm_reduce). The kernels for many rows are in gemm_big.cuh, for few rows in
+ * gemm_few_rows.cuh; nnp_cuda_plan_gemm (cuda_plan.c) chooses one per launch.
+ */
+/*
+ * C[m×n] = A[m×k] · op(B) (+ bias, activation), batched over jobs (blockIdx.z).
+ * TRANS_B: B is [n×k] row-major (weights, one row per output) and op(B) = Bᵀ; else B is [k×n].
+ * Epilogue: EPI_BIAS_CELU: c = celu(acc + bias[col]); EPI_BIAS: c = acc + bias[col];
+ *           EPI_DERIV: c = acc · celu'(aux[row, col]) (aux = that layer's outputs); EPI_NONE: c = acc.
+ * Tiles of 64×64, k-steps of 16, 256 threads with 4×4 results each; sums in k order.
+ */
+enum { EPI_NONE = 0, EPI_BIAS = 1, EPI_BIAS_CELU = 2, EPI_DERIV = 3, EPI_OUT = 4 /* k_gemm_mma only: see OutFuse */ };
+
+template <typename real> struct GemmJob {
+    const real* A;
+    const real* B;
+    real* C;
+    const real* bias;
+    const real* aux;
+    int m, n, k, lda, ldb, ldc, ldaux;
+    real* partial; /* split-K: ksplit × m × n partial sums, added in order by splitk_fixup */
+    int group, member; /* the last hidden layer's forward: output job (element) and ensemble member */
+    /* k_gemm_mma (float32, few rows): op(B) split into FP16 pairs and scaled (see MmaWeights): per
+       column n, ldq uint4 of 4 k each; wscale = 1 / the scale */
+    const uint4* B16;
+    int ldq;
+    float wscale;
+};
+
+template <typename real> __device__ __forceinline__ real epilogue(int epi, const GemmJob<real>& job, int gr, int gc, real v) {
+    if (epi == EPI_BIAS || epi == EPI_BIAS_CELU) v += job.bias[gc];
+    if (epi == EPI_BIAS_CELU) v = celu(v);
+    if (epi == EPI_DERIV) v *= celu_deriv_from_output(job.aux[(size_t)gr * job.ldaux + gc]);
+    return v;
+}
+
+/*
+ * Split-K fix-up, at the end of every block of a split launch: the block that finishes a tile last
+ * (counted in `counter`, which it resets for the next launch) adds the tile's partial sums in part
+ * order and applies the epilogue, so the result does not depend on which block came last.
+ */
+template <typename real, int EPI>
+__device__ void splitk_fixup(const GemmJob<real>& job, int ksplit, int row0, int rows, int col0, int cols, int* counter) {
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == ksplit - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+        const int gr = row0 + e / cols, gc = col0 + e % cols;
+        if (gr >= job.m || gc >= job.n) continue;
+        const real v = sum_parts(job.partial + (size_t)gr * job.n + gc, (size_t)job.m * job.n, ksplit);
+        job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, v);
+    }
+    if (threadIdx.x == 0) *counter = 0;
+}
+
+/* Split-K part of block z = job·ksplit + part: k in [kbegin, kend), parts of a multiple of GEMM_K. */
+struct KPart {
+    int part, kbegin, kend;
+};
+__device__ __forceinline__ KPart k_part(int k, int ksplit, int z) {
+    KPart p;
+    p.part = z % ksplit;
+    const int kc = ((k + ksplit - 1) / ksplit + GEMM_K - 1) / GEMM_K * GEMM_K;
+    p.kbegin = p.part * kc, p.kend = min(k, p.kbegin + kc);
+    return p;
+}
+
+/* Split-K (small row counts, where one block per tile would walk a long k loop alone): block z
+   = job·ksplit + part computes k in [part·kc, (part+1)·kc) into partial; k_gemm_reduce adds the
+   parts in order and applies the epilogue, so the result does not depend on scheduling. (Its 64×64
+   tiles of many parts are too much work for splitk_fixup's one block per tile.) */
+template <typename real, bool TRANS_B, int EPI>
+__global__ void __launch_bounds__(256) k_gemm(const GemmJob<real>* __restrict__ jobs, int ksplit) {
+    const GemmJob<real> job = jobs[blockIdx.z / ksplit];
+    pdl_start();
+    const KPart kp = k_part(job.k, ksplit, blockIdx.z);
+    const int part = kp.part, kbegin = kp.kbegin, kend = kp.kend;
+    int row0 = blockIdx.y * GEMM_TILE, col0 = blockIdx.x * GEMM_TILE;
+    if (row0 >= job.m || col0 >= job.n) return;
+    __shared__ real As[GEMM_K][GEMM_TILE + 1];
+    __shared__ real Bs[GEMM_K][GEMM_TILE + 1];
+    int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    real acc[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[r][c] = 0;
+    for (int k0 = kbegin; k0 < kend; k0 += GEMM_K) {
+        for (int e = threadIdx.x; e < GEMM_TILE * GEMM_K; e += 256) {
+            int r = e / GEMM_K, kk = e % GEMM_K;
+            int gr = row0 + r, gk = k0 + kk;
+            As[kk][r] = (gr < job.m && gk < kend) ? job.A[(size_t)gr * job.lda + gk] : (real)0;
+            if (TRANS_B) {
+                int gc = col0 + r;
+                Bs[kk][r] = (gc < job.n && gk < kend) ? job.B[(size_t)gc * job.ldb + gk] : (real)0;
+            } else {
+                int c = e % GEMM_TILE, kb = e / GEMM_TILE;
+                int gc2 = col0 + c, gk2 = k0 + kb;
+                Bs[kb][c] = (gc2 < job.n && gk2 < kend) ? job.B[(size_t)gk2 * job.ldb + gc2] : (real)0;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GEMM_K; kk++) {
+            real a[4], b[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) a[r] = As[kk][ty + 16 * r];
+#pragma unroll
+            for (int c = 0; c < 4; c++) b[c] = Bs[kk][tx + 16 * c];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[r][c] += a[r] * b[c];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        int gr = row0 + ty + 16 * r;
+        if (gr >= job.m) continue;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int gc = col0 + tx + 16 * c;
+            if (gc >= job.n) continue;
+            if (ksplit > 1) job.partial[((size_t)part * job.m + gr) * job.n + gc] = acc[r][c];
+            else job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, acc[r][c]);
+        }
+    }
+}
+
+template <typename real, int EPI>
+__global__ void k_gemm_reduce(const GemmJob<real>* __restrict__ jobs, int ksplit) {
+    const GemmJob<real> job = jobs[blockIdx.y];
+    pdl_start();
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < job.m * job.n; e += gridDim.x * blockDim.x) {
+        int gr = e / job.n, gc = e % job.n;
+        real v = 0;
+        for (int p = 0; p < ksplit; p++) v += job.partial[((size_t)p * job.m + gr) * job.n + gc];
+        job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, v);
+    }
+}
+
+/* Per element: the last hidden layer's outputs Y (rows × members·width), output weights w_out
+   (members × width) and biases. One block per row, one warp per member: e = Σ_m scale·(w_m·y_m +
+   b_m), the members added in order; if forces, the first backward step delta[row, m, :] = scale ·
+   w_m ⊙ celu'(y_m). */
+template <typename real> struct OutputJob {
+    const real* Y;
+    const real* w_out;
+    const real* b_out;
+    real* delta;
+    int row0, ldy, width, rows, pad;
+};
+
+/*
+ * The output layer fused into the last hidden layer's forward (EPI_OUT; one molecule: k_gemm_mma
+ * without split-K). Each block takes its tile's y = celu(acc + bias) (y itself is not stored:
+ * nothing reads it): the first backward step delta = scale · w_out ⊙ celu'(y) (with forces), and the
+ * tile's Σ_col w_out·y per row (lanes, then warps, in a fixed order) into partial[z][tile][16], z =
+ * element·members + member. The end of the evaluation (finish_evaluation) adds, per row, the tiles in
+ * order and then the members in order with their biases, as k_output would: e = Σ_m scale·(Σ w·y + b_m).
+ * The output weights and biases are requested before the wait for the earlier kernel.
+ */
+struct OutFuse {
+    const OutputJob<float>* jobs; /* per element; GemmJob::group indexes them */
+    float* partial;
+    float scale;
+    int with_forces;
+};

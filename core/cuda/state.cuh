@@ -1,0 +1,110 @@
+/*
+ * The CUDA evaluation's state: the launch plan (every size, grid and kernel choice, fixed when the
+ * plan's buffers are made by build_state, build.cuh) and the device buffers it points into.
+ * launch() (launch.cuh) only reads it. Also the driver functions found at run time.
+ */
+
+/* Driver API functions, found through the runtime (so libnnp needs no libcuda at load time and
+   loads on machines without a GPU driver). */
+typedef CUresult (*PFN_streamIsCapturing)(CUstream, CUstreamCaptureStatus*);
+typedef CUresult (*PFN_ctxGetCurrent)(CUcontext*);
+typedef CUresult (*PFN_ctxPushCurrent)(CUcontext);
+typedef CUresult (*PFN_ctxPopCurrent)(CUcontext*);
+static struct {
+    int loaded;
+    PFN_streamIsCapturing streamIsCapturing;
+    PFN_ctxGetCurrent ctxGetCurrent;
+    PFN_ctxPushCurrent ctxPushCurrent;
+    PFN_ctxPopCurrent ctxPopCurrent;
+} driver;
+
+static nnp_status load_driver(void) {
+    if (driver.loaded) return NNP_OK;
+    struct { const char* name; void** fn; } fns[] = {{"cuStreamIsCapturing", (void**)&driver.streamIsCapturing},
+                                                    {"cuCtxGetCurrent", (void**)&driver.ctxGetCurrent},
+                                                    {"cuCtxPushCurrent", (void**)&driver.ctxPushCurrent},
+                                                    {"cuCtxPopCurrent", (void**)&driver.ctxPopCurrent}};
+    for (size_t k = 0; k < sizeof fns / sizeof fns[0]; k++) {
+        cudaDriverEntryPointQueryResult found;
+        cudaError_t err = cudaGetDriverEntryPointByVersion(fns[k].name, fns[k].fn, 12000, cudaEnableDefault, &found);
+        if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || *fns[k].fn == NULL)
+            return nnp_fail(NNP_ERR_CUDA, "the CUDA driver does not provide %s (%s)", fns[k].name,
+                            err != cudaSuccess ? cudaGetErrorString(err) : "symbol not found");
+    }
+    driver.loaded = 1;
+    return NNP_OK;
+}
+
+#define NNP_CUDA_STAGES 7 /* positions, neighbours+AEV, forward, output, backward, forces, batch sums */
+
+/* One GEMM launch: a layer's jobs (forward or backward), as nnp_cuda_plan_gemm chose it. */
+struct GemmLaunch {
+    size_t job0;        /* first job in the job table */
+    int jobs;
+    dim3 grid;          /* in 64-wide tiles; z = jobs · ksplit */
+    int ksplit;         /* split-K parts */
+    int max_m, max_mn;  /* largest m and m·n of its jobs */
+    nnp_gemm_kernel kernel;
+    unsigned cluster_z; /* k_gemm_mma: a tile's split-K parts in one thread-block cluster (cluster_fixup), else 1 */
+    int* counters;      /* split-K tile counters, or NULL: the parts stay in the workspace (DeferredSum) */
+};
+
+struct nnp_cuda_state {
+    CUcontext context; /* where the memory lives */
+    int precision;     /* NNP_PRECISION_* */
+    int n_atoms, n_batches, n_particles, capacity, n_hidden, members, member, units;
+    int evaluated;     /* one evaluation outside capture done with these buffers */
+    nnp_cuda_tuning tuning; /* the plan's table when the buffers were made */
+    /* the AEV layout and the rows (nnp_cuda_plan_aev_layout, nnp_cuda_plan_rows) */
+    int aev_live, aev_angular0, n_classes;
+    nnp_rows rows;
+    int width[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS]; /* layer widths per element */
+    /* launches */
+    GemmLaunch fwd[NNP_MAX_LAYERS], bwd[NNP_MAX_LAYERS];
+    int n_out_jobs, max_rows; /* output layer: one job per element present; most rows of one */
+    int fuse_output;          /* the output layer inside the last hidden layer's forward (OutFuse) */
+    int bwd_defer;            /* the last backward GEMM's split-K parts added by the AEV backward (DeferredSum) */
+    int pdl;                  /* programmatic dependent launches */
+    nnp_aev_kernels aevk;     /* AEV kernels' shapes (nnp_cuda_plan_aev_kernels) */
+    /* device memory */
+    void* aev_params; /* AevParams<real> */
+    void* out_jobs;   /* OutputJob<real>, one per element present */
+    float* out_partial; /* OutFuse::partial */
+    int *identity, *batch_start, *batch_atoms, *row_atom, *index_of, *force_index, *nbr_ang, *flags;
+    int4 *row_info, *batch_entry; /* k_aev's search tables (FrontIn) */
+    int4* defer_rows;             /* DeferredSum's rows, where bwd_defer */
+    int2 *count, *nbr_info; /* neighbour tables (NbrTables) */
+    void *nbr_vec, *nbr_cut, *aev, *daev, *weights;
+    void* Y[NNP_MAX_LAYERS];
+    void* D[NNP_MAX_LAYERS];
+    double *atom_energy, *self_energy, *batch_energy, *total;
+    unsigned long long* fixed;
+    void* jobs;       /* GEMM job tables */
+    void* w16;        /* k_gemm_mma's weights as FP16 pairs (see split_fp16_weights) */
+    void* partial;    /* split-K workspace, shared by the launches (they run in order) */
+    int* counters;    /* split-K tile counters (zero between launches), shared likewise */
+    int* host_flags;     /* mapped pinned memory: flags raised since check_flags last read them (see Finish) */
+    int* host_flags_dev; /* the same, as the device sees it */
+    /* stage timing (nnp_plan_set_cuda_profiling; evaluations outside capture only) */
+    cudaEvent_t events[NNP_CUDA_STAGES + 1];
+    int profiling;
+    double stage_us[NNP_CUDA_STAGES];
+};
+
+static const int FLAG_CLEAR[4] = {0x7fffffff, 0, 0, 0}; /* NaN atom (min), overflow (max), same position, non-finite energy */
+
+static void free_state(nnp_cuda_state* s) {
+    if (s == NULL) return;
+    CUcontext previous = NULL;
+    int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
+    void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->row_info, s->batch_entry, s->defer_rows, s->identity,
+                    s->batch_start, s->batch_atoms, s->row_atom, s->index_of, s->force_index, s->count, s->nbr_info, s->nbr_ang,
+                    s->nbr_cut, s->flags, s->nbr_vec, s->aev, s->daev, s->weights, s->atom_energy, s->self_energy,
+                    s->batch_energy, s->total, s->fixed, s->jobs, s->out_partial, s->w16};
+    for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
+    for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
+    if (s->host_flags) cudaFreeHost(s->host_flags);
+    for (int k = 0; s->profiling && k <= NNP_CUDA_STAGES; k++) cudaEventDestroy(s->events[k]);
+    if (pushed) driver.ctxPopCurrent(&previous);
+    free(s);
+}
