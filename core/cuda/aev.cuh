@@ -7,11 +7,11 @@
 template <typename real> struct AevParams {
     real Rcr, Rca;
     int nEtaR, nShfR, nEtaA, nZeta, nShfA, nShfZ;
-    real EtaR[8], ShfR[NNP_MAX_TERMS], EtaA[8], Zeta[8], ShfA[NNP_MAX_TERMS], ShfZ[NNP_MAX_TERMS];
+    real EtaR[8], ShfR[NNP_MAX_TERMS], EtaA[8], Zeta[8], ShfA[NNP_MAX_TERMS];
     int n_elements, radial_sub, angular_sub, radial_length, aev_length;
     int pair_index[NNP_MAX_ELEMENTS * NNP_MAX_ELEMENTS];
     /* Where each block of features sits in the stored (live) AEV row, or -1: the radial block of
-       each neighbour element and the angular block of each element pair (see live_blocks). */
+       each neighbour element and the angular block of each element pair (see nnp_cuda_plan_aev_layout). */
     int radial_at[NNP_MAX_ELEMENTS], angular_at[NNP_MAX_PAIRS];
     int angular0; /* stored column of the first angular feature (the live radial features' count) */
     real cosShfZ[NNP_MAX_TERMS], sinShfZ[NNP_MAX_TERMS]; /* cos(θ − ShfZ) = cos θ cos ShfZ + sin θ sin ShfZ */
@@ -239,6 +239,92 @@ __device__ AevAtom<real> aev_search(unsigned char* smem, const AevParams<real>* 
     return a;
 }
 
+/*
+ * The angular term, one implementation for the AEV and its derivative. For the pair (j, k) of
+ * atom i's neighbours within Rca, with u = r_j − r_i, v = r_k − r_i:
+ *   term = 2 · f1 · f2 · fc(d_j) · fc(d_k),  f1 = (½(1 + cos(θ − ShfZ)))^ζ,  f2 = exp(−η (avg − ShfA)²),
+ * θ = acos(0.95 c), c = u·v / (d_j d_k), avg = (d_j + d_k) / 2 (TorchANI's definition). cos θ and
+ * sin θ come from c directly, and cos(θ − ShfZ) from cos ShfZ and sin ShfZ: no trigonometric call.
+ */
+template <typename real> struct AngularPair {
+    real c, denom;  /* cos of the angle at i, max(d_j d_k, 1e-10) */
+    real ct, st;    /* cos θ, sin θ */
+    real avg;       /* (d_j + d_k) / 2 */
+};
+template <typename real>
+__device__ __forceinline__ AngularPair<real> angular_pair(const typename real4_of<real>::type& u, const typename real4_of<real>::type& v) {
+    AngularPair<real> g;
+    g.denom = fmax(u.w * v.w, (real)1e-10);
+    g.c = (u.x * v.x + u.y * v.y + u.z * v.z) / g.denom;
+    g.ct = (real)0.95 * g.c, g.st = dsqrt((real)1 - g.ct * g.ct);
+    g.avg = (real)0.5 * (u.w + v.w);
+    return g;
+}
+/* ½(1 + cos(θ − ShfZ)), the base of f1 */
+template <typename real> __device__ __forceinline__ real angular_base(const AngularPair<real>& g, real cosZ, real sinZ) {
+    return (real)0.5 * ((real)1 + g.ct * cosZ + g.st * sinZ);
+}
+/* f2 */
+template <typename real> __device__ __forceinline__ real angular_f2(const AngularPair<real>& g, real etaA, real shfA) {
+    const real x = g.avg - shfA;
+    return dexp(-etaA * x * x);
+}
+/* The term, with fc2 = 2 · fc(d_j) · fc(d_k) */
+template <typename real> __device__ __forceinline__ real angular_term(real base, real zeta, real f2, real fc2) {
+    return dpow(base, zeta) * f2 * fc2;
+}
+/* For the derivative: f1 and ∂f1/∂θ; f2 and ∂f2/∂d_j (= ∂f2/∂d_k). */
+template <typename real>
+__device__ __forceinline__ void angular_f1_grad(real base, real zeta, real cosZ, real sinZ, const AngularPair<real>& g, real* f1, real* df1) {
+    *f1 = dpow(base, zeta);
+    const real dbase = (real)-0.5 * (g.st * cosZ - g.ct * sinZ); /* ∂base/∂θ = −½ sin(θ − ShfZ) */
+    *df1 = zeta * (base > (real)0 ? *f1 / base : dpow(base, zeta - (real)1)) * dbase;
+}
+template <typename real>
+__device__ __forceinline__ void angular_f2_grad(const AngularPair<real>& g, real etaA, real shfA, real* f2, real* df2) {
+    const real x = g.avg - shfA;
+    *f2 = dexp(-etaA * x * x);
+    *df2 = *f2 * ((real)-2 * etaA * x) * (real)0.5;
+}
+/* The derivative of w · term: w times ∂term/∂θ, ∂term/∂d_j and ∂term/∂d_k added to s, from the
+   factors (angular_f1_grad, angular_f2_grad), the cutoff values fj, fk and their derivatives. */
+template <typename real> struct AngularGrad {
+    real theta, dj, dk;
+};
+template <typename real>
+__device__ __forceinline__ void angular_term_grad(real w, real f1, real df1, real f2, real df2, real fj, real fk, real dfj, real dfk,
+                                                  AngularGrad<real>& s) {
+    s.theta += w * (real)2 * df1 * f2 * fj * fk;
+    s.dj += w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
+    s.dk += w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
+}
+/* The gradient of the pair's terms with respect to component x of u and of v (ux, vx), from the
+   sums over its terms (∂/∂θ, ∂/∂d_j, ∂/∂d_k, see angular_term_grad), through θ(c) and c(u, v). */
+template <typename real>
+__device__ __forceinline__ void angular_pair_forces(const AngularPair<real>& g, const AngularGrad<real>& s, real dj, real dk, real ux, real vx,
+                                                    double* gu, double* gv) {
+    const real s_c = s.theta * ((real)-0.95 / g.st);
+    const real dc_du = vx / g.denom - g.c * ux / (dj * dj), dc_dv = ux / g.denom - g.c * vx / (dk * dk);
+    *gu = (double)(s.dj * ux / dj + s_c * dc_du);
+    *gv = (double)(s.dk * vx / dk + s_c * dc_dv);
+}
+
+/* The pairs (p, q), p < q < na, of an atom's angular list in row-major order of the upper
+   triangle: pair e is (p, p + 1 + rem). at(e) decodes e; advance(step) moves on to pair e + step. */
+struct PairWalk {
+    int p, rem, na;
+    __device__ __forceinline__ void advance(int step) {
+        rem += step;
+        while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
+    }
+    __device__ __forceinline__ static PairWalk at(int e, int na) {
+        PairWalk w = {0, 0, na};
+        w.advance(e);
+        return w;
+    }
+    __device__ __forceinline__ int q() const { return p + 1 + rem; }
+};
+
 /* Angular features of few atoms, each atom over gridDim.y blocks (slices; see aev_slices): slice s
    computes the terms of the outer indices o = s, s + S, ... (o: EtaA, Zeta and ShfA; the nShfZ terms of
    one o are consecutive in each block of angular_sub features), so the slices write disjoint columns
@@ -260,30 +346,24 @@ __device__ void aev_angular_sliced(const AevParams<real>& P, const AevAtom<real>
     const bool lane_in = slot < ps;
     real* mine = s_acc + (warp * ps + (lane_in ? slot : 0)) * rowstride + sz;
     const real cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz];
-    /* pair e = (p, p + 1 + rem) over the angular list, e = (iteration × nwarps + warp) × ps + slot */
+    /* pair e = (iteration × nwarps + warp) × ps + slot of the angular list */
     const int step = nwarps * ps;
-    int e = warp * ps + slot, p = 0, rem = e;
-    while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
-    for (; e - slot < n_pairs; e += step) {
+    int e = warp * ps + slot;
+    PairWalk pw = PairWalk::at(e, na);
+    for (; e - slot < n_pairs; e += step, pw.advance(step)) {
         if (lane_in && e < n_pairs) {
-            const int ja = at.ang[p], ka = at.ang[p + 1 + rem];
-            const typename real4_of<real>::type u = at.vec[ja], v = at.vec[ka];
-            const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / fmax(u.w * v.w, (real)1e-10);
-            const real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct); /* cos θ, sin θ (θ = acos(0.95 c)) */
-            const real avg = (real)0.5 * (u.w + v.w), fc = (real)2 * at.cut[ja].z * at.cut[ka].z;
-            const real base = (real)0.5 * ((real)1 + ct * cosZ + st * sinZ);
+            const int ja = at.ang[pw.p], ka = at.ang[pw.q()];
+            const AngularPair<real> g = angular_pair<real>(at.vec[ja], at.vec[ka]);
+            const real fc2 = (real)2 * at.cut[ja].z * at.cut[ka].z, base = angular_base(g, cosZ, sinZ);
             const int col = P.angular_at[P.pair_index[at.el[ja] * NNP_MAX_ELEMENTS + at.el[ka]]];
-            if (col >= 0) { /* live by construction (see live_blocks) */
+            if (col >= 0) { /* stored by construction (see nnp_cuda_plan_aev_layout) */
                 real* acc = mine + (col - P.angular0) / P.angular_sub * max_ol * nz;
                 for (int ol = 0, o = sl; o < n_outer; ol++, o += S) {
                     const int sa = o % P.nShfA, z = (o / P.nShfA) % P.nZeta, ea = o / (P.nShfA * P.nZeta);
-                    const real x = avg - P.ShfA[sa];
-                    acc[ol * nz] += dpow(base, P.Zeta[z]) * dexp(-P.EtaA[ea] * x * x) * fc;
+                    acc[ol * nz] += angular_term(base, P.Zeta[z], angular_f2(g, P.EtaA[ea], P.ShfA[sa]), fc2);
                 }
             }
         }
-        rem += step;
-        while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
     }
     __syncthreads();
     const int blocks = rowlen / (max_ol * nz);
@@ -365,20 +445,14 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
                   ea = t / (P.nShfZ * P.nShfA * P.nZeta);
         const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz];
         real* mine = s_acc + warp * acc_stride - P.angular0; /* indexed by stored column */
-        int p = 0, rem = warp; /* pair e = (p, p + 1 + rem) over the angular list */
-        while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
-        for (int e = warp; e < n_pairs; e += nwarps) {
-            const int ja = s_ang[p], ka = s_ang[p + 1 + rem];
-            const typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
-            const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / fmax(u.w * v.w, (real)1e-10);
-            const real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct); /* cos θ, sin θ (θ = acos(0.95 c)) */
-            const real x = (real)0.5 * (u.w + v.w) - shfA;
-            const real fc = s_cut[ja].z * s_cut[ka].z;
+        PairWalk pw = PairWalk::at(warp, na);
+        for (int e = warp; e < n_pairs; e += nwarps, pw.advance(nwarps)) {
+            const int ja = s_ang[pw.p], ka = s_ang[pw.q()];
+            const AngularPair<real> g = angular_pair<real>(s_vec[ja], s_vec[ka]);
+            const real fc2 = (real)2 * s_cut[ja].z * s_cut[ka].z;
             const int col = P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]];
-            if (active && col >= 0) /* live by construction (see live_blocks) */
-                mine[col + t] += (real)2 * dpow((real)0.5 * ((real)1 + ct * cosZ + st * sinZ), zeta) * dexp(-etaA * x * x) * fc;
-            rem += nwarps;
-            while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
+            if (active && col >= 0) /* stored by construction (see nnp_cuda_plan_aev_layout) */
+                mine[col + t] += angular_term(angular_base(g, cosZ, sinZ), zeta, angular_f2(g, etaA, shfA), fc2);
         }
         __syncthreads();
         for (int f = threadIdx.x; f < acc_stride; f += blockDim.x) {
@@ -399,13 +473,8 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
                 for (int q = p + 1; q < na; q++) {
                     int ka = s_ang[q];
                     if (P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]] != pair) continue;
-                    typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
-                    real dj = u.w, dk = v.w;
-                    real c = (u.x * v.x + u.y * v.y + u.z * v.z) / fmax(dj * dk, (real)1e-10);
-                    real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct);
-                    real x = (real)0.5 * (dj + dk) - shfA;
-                    real f1 = dpow((real)0.5 * ((real)1 + ct * cosZ + st * sinZ), zeta);
-                    sum += (real)2 * f1 * dexp(-etaA * x * x) * s_cut[ja].z * s_cut[ka].z;
+                    const AngularPair<real> g = angular_pair<real>(s_vec[ja], s_vec[ka]);
+                    sum += angular_term(angular_base(g, cosZ, sinZ), zeta, angular_f2(g, etaA, shfA), (real)2 * s_cut[ja].z * s_cut[ka].z);
                 }
             }
             out[P.angular_at[pair] + t] = sum;

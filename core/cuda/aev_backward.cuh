@@ -57,7 +57,7 @@ __device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __
  * `unit` per Hartree/Å; fixed point makes the sums independent of the order of the additions, and
  * each contribution is formed the same way on every run, so the result is deterministic.
  * Radial: one thread per neighbour. Angular: one thread per pair doing its terms in order; or, with
- * SPLIT (few atoms, where one block per atom would leave most of the GPU idle; needs lanes_over_shfz),
+ * SPLIT (few atoms, where one block per atom would leave most of the GPU idle; needs nnp_cuda_lanes_over_shfz),
  * 32 / nShfZ pairs per warp and the lanes over ShfZ, the three derivative sums added by a butterfly.
  */
 template <typename real, bool SPLIT>
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
                 fsum[c] += f[c];
             }
         }
-    if (SPLIT) { /* (the host splits only where lanes_over_shfz) */
+    if (SPLIT) { /* (the plan splits only where nnp_cuda_lanes_over_shfz) */
         const int nz = P.nShfZ;
         /* Lane (slot, sz): pair slot `slot` of the warp's 32 / nShfZ pairs, the terms of ShfZ[sz] (one
            power per Zeta, one exponential per outer index), then the sums over sz by a butterfly inside
@@ -127,99 +127,74 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
         const real cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz];
         const int n_pairs = na * (na - 1) / 2, step = slices * nwarps * ps;
         double f_center = 0; /* lanes sz < 3: component sz of the central atom's angular part */
-        int e = (slice * nwarps + warp) * ps + slot, p = 0, rem = e;
-        while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
-        for (; e - slot < n_pairs; e += step) { /* warp-uniform: every lane takes part in the butterflies */
+        int e = (slice * nwarps + warp) * ps + slot;
+        PairWalk pw = PairWalk::at(e, na);
+        for (; e - slot < n_pairs; e += step, pw.advance(step)) { /* warp-uniform: every lane takes part in the butterflies */
             const bool valid = e < n_pairs;
-            const int ja = valid ? s_ang[p] : 0, ka = valid ? s_ang[p + 1 + rem] : 0;
+            const int ja = valid ? s_ang[pw.p] : 0, ka = valid ? s_ang[pw.q()] : 0;
             const typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
-            const real dj = u.w, dk = v.w, denom = fmax(dj * dk, (real)1e-10);
-            const real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
-            const real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct); /* cos θ, sin θ (θ = acos(0.95 c)) */
-            real s_theta = 0, s_dj = 0, s_dk = 0;
+            const AngularPair<real> ap = angular_pair<real>(u, v);
+            AngularGrad<real> sum = {0, 0, 0};
             const int col = valid ? P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]] : -1;
-            if (col >= 0) { /* live by construction (see live_blocks) */
-                const real fj = s_cut[ja].z, fk = s_cut[ka].z, dfj = s_cut[ja].w, dfk = s_cut[ka].w, avg = (real)0.5 * (dj + dk);
-                const real base = (real)0.5 * ((real)1 + ct * cosZ + st * sinZ); /* ½(1 + cos(θ − ShfZ)) */
-                const real dbase = (real)-0.5 * (st * cosZ - ct * sinZ);       /* −½ sin(θ − ShfZ) */
+            if (col >= 0) { /* stored by construction (see nnp_cuda_plan_aev_layout) */
+                const real fj = s_cut[ja].z, fk = s_cut[ka].z, dfj = s_cut[ja].w, dfk = s_cut[ka].w;
+                const real base = angular_base(ap, cosZ, sinZ);
                 const real* gz = g + col + sz;
                 for (int ea = 0, o = 0; ea < P.nEtaA; ea++)
                     for (int z = 0; z < P.nZeta; z++) {
-                        const real zeta = P.Zeta[z], f1 = dpow(base, zeta);
-                        const real df1 = zeta * (base > (real)0 ? f1 / base : dpow(base, zeta - (real)1)) * dbase;
+                        real f1, df1;
+                        angular_f1_grad(base, P.Zeta[z], cosZ, sinZ, ap, &f1, &df1);
                         for (int sa = 0; sa < P.nShfA; sa++, o++) {
-                            const real w = gz[o * nz], x = avg - P.ShfA[sa];
-                            const real f2 = dexp(-P.EtaA[ea] * x * x), df2 = f2 * ((real)-2 * P.EtaA[ea] * x) * (real)0.5;
-                            s_theta += w * (real)2 * df1 * f2 * fj * fk;
-                            s_dj += w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
-                            s_dk += w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
+                            real f2, df2;
+                            angular_f2_grad(ap, P.EtaA[ea], P.ShfA[sa], &f2, &df2);
+                            angular_term_grad(gz[o * nz], f1, df1, f2, df2, fj, fk, dfj, dfk, sum);
                         }
                     }
             }
             for (int off = nz / 2; off > 0; off >>= 1) {
-                s_theta += __shfl_xor_sync(0xffffffffu, s_theta, off);
-                s_dj += __shfl_xor_sync(0xffffffffu, s_dj, off);
-                s_dk += __shfl_xor_sync(0xffffffffu, s_dk, off);
+                sum.theta += __shfl_xor_sync(0xffffffffu, sum.theta, off);
+                sum.dj += __shfl_xor_sync(0xffffffffu, sum.dj, off);
+                sum.dk += __shfl_xor_sync(0xffffffffu, sum.dk, off);
             }
             if (valid && sz < 3) {
-                const real s_c = s_theta * ((real)-0.95 / st);
                 const real uk = sz == 0 ? u.x : sz == 1 ? u.y : u.z, vk = sz == 0 ? v.x : sz == 1 ? v.y : v.z;
-                const real dc_du = vk / denom - c * uk / (dj * dj), dc_dv = uk / denom - c * vk / (dk * dk);
-                const double gu = (double)(s_dj * uk / dj + s_c * dc_du), gv = (double)(s_dk * vk / dk + s_c * dc_dv);
+                double gu, gv;
+                angular_pair_forces(ap, sum, u.w, v.w, uk, vk, &gu, &gv);
                 add_fixed(&forces[s_fidx[ja] + sz * stride], -gu * unit);
                 add_fixed(&forces[s_fidx[ka] + sz * stride], -gv * unit);
                 f_center += gu + gv;
             }
-            rem += step;
-            while (p < na - 1 && rem >= na - 1 - p) rem -= na - 1 - p, p++;
         }
         if (sz < 3) fsum[0] += sz == 0 ? f_center : 0, fsum[1] += sz == 1 ? f_center : 0, fsum[2] += sz == 2 ? f_center : 0;
     } else {
-        int n_pairs = na * (na - 1) / 2;
-        for (int pq = threadIdx.x; pq < n_pairs; pq += blockDim.x) { /* one thread per pair: its 32 terms in order */
-            /* Decode pq into p < q over the angular list (row-major upper triangle). */
-            int p = 0, rem = pq;
-            while (rem >= na - 1 - p) rem -= na - 1 - p, p++;
-            int q = p + 1 + rem;
-            int ja = s_ang[p], ka = s_ang[q];
-            typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
-            real dj = u.w, dk = v.w;
-            real denom = fmax(dj * dk, (real)1e-10);
-            real c = (u.x * v.x + u.y * v.y + u.z * v.z) / denom;
-            real ct = (real)0.95 * c, st = dsqrt((real)1 - ct * ct); /* cos θ, sin θ (θ = acos(0.95 c)) */
-            real fj = s_cut[ja].z, fk = s_cut[ka].z, dfj = s_cut[ja].w, dfk = s_cut[ka].w;
-            real avg = (real)0.5 * (dj + dk);
+        const int n_pairs = na * (na - 1) / 2;
+        for (int pq = threadIdx.x; pq < n_pairs; pq += blockDim.x) { /* one thread per pair: its terms in order */
+            const PairWalk pw = PairWalk::at(pq, na);
+            const int ja = s_ang[pw.p], ka = s_ang[pw.q()];
+            const typename real4_of<real>::type u = s_vec[ja], v = s_vec[ka];
+            const AngularPair<real> ap = angular_pair<real>(u, v);
+            const real fj = s_cut[ja].z, fk = s_cut[ka].z, dfj = s_cut[ja].w, dfk = s_cut[ka].w;
             const real* ga = g + P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]];
-            real s_theta = 0, s_dj = 0, s_dk = 0;
+            AngularGrad<real> sum = {0, 0, 0};
             int t = 0;
             for (int ea = 0; ea < P.nEtaA; ea++)
                 for (int z = 0; z < P.nZeta; z++)
                     for (int sa = 0; sa < P.nShfA; sa++) {
-                        real x = avg - P.ShfA[sa];
-                        real f2 = dexp(-P.EtaA[ea] * x * x);
-                        real df2 = f2 * ((real)-2 * P.EtaA[ea] * x) * (real)0.5;
+                        real f2, df2;
+                        angular_f2_grad(ap, P.EtaA[ea], P.ShfA[sa], &f2, &df2);
                         for (int sz = 0; sz < P.nShfZ; sz++, t++) {
-                            const real cz = P.cosShfZ[sz], sz_ = P.sinShfZ[sz];
-                            real base = (real)0.5 * ((real)1 + ct * cz + st * sz_); /* ½(1 + cos(θ − ShfZ)) */
-                            real f1 = dpow(base, P.Zeta[z]);
-                            real df1 = P.Zeta[z] * (base > (real)0 ? f1 / base : dpow(base, P.Zeta[z] - (real)1)) *
-                                       ((real)-0.5 * (st * cz - ct * sz_)); /* −½ sin(θ − ShfZ) */
-                            real w = ga[t];
-                            s_theta += w * (real)2 * df1 * f2 * fj * fk;
-                            s_dj += w * (real)2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
-                            s_dk += w * (real)2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
+                            const real cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz];
+                            real f1, df1;
+                            angular_f1_grad(angular_base(ap, cosZ, sinZ), P.Zeta[z], cosZ, sinZ, ap, &f1, &df1);
+                            angular_term_grad(ga[t], f1, df1, f2, df2, fj, fk, dfj, dfk, sum);
                         }
                     }
-            real s_c = s_theta * ((real)-0.95 / st);
-            real uu[3] = {u.x, u.y, u.z}, vv[3] = {v.x, v.y, v.z};
-            int fjx = s_fidx[ja], fkx = s_fidx[ka];
+            const real uu[3] = {u.x, u.y, u.z}, vv[3] = {v.x, v.y, v.z};
             for (int k = 0; k < 3; k++) {
-                real dc_du = vv[k] / denom - c * uu[k] / (dj * dj);
-                real dc_dv = uu[k] / denom - c * vv[k] / (dk * dk);
-                double gu = (double)(s_dj * uu[k] / dj + s_c * dc_du);
-                double gv = (double)(s_dk * vv[k] / dk + s_c * dc_dv);
-                add_fixed(&forces[fjx + k * stride], -gu * unit);
-                add_fixed(&forces[fkx + k * stride], -gv * unit);
+                double gu, gv;
+                angular_pair_forces(ap, sum, u.w, v.w, uu[k], vv[k], &gu, &gv);
+                add_fixed(&forces[s_fidx[ja] + k * stride], -gu * unit);
+                add_fixed(&forces[s_fidx[ka] + k * stride], -gv * unit);
                 fsum[k] += gu + gv;
             }
         }

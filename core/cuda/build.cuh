@@ -75,7 +75,6 @@ static AevParams<real> aev_params(const nnp_model* m, const nnp_aev_layout& L) {
     for (int k = 0; k < p->nEtaA; k++) P.EtaA[k] = (real)p->EtaA[k];
     for (int k = 0; k < p->nZeta; k++) P.Zeta[k] = (real)p->Zeta[k];
     for (int k = 0; k < p->nShfA; k++) P.ShfA[k] = (real)p->ShfA[k];
-    for (int k = 0; k < p->nShfZ; k++) P.ShfZ[k] = (real)p->ShfZ[k];
     for (int k = 0; k < p->nShfZ; k++) P.cosShfZ[k] = (real)cos(p->ShfZ[k]), P.sinShfZ[k] = (real)sin(p->ShfZ[k]);
     P.n_elements = m->n_elements, P.radial_sub = m->radial_sub, P.angular_sub = m->angular_sub;
     P.radial_length = m->radial_length, P.aev_length = m->aev_length;

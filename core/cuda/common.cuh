@@ -33,8 +33,6 @@ __device__ __forceinline__ float dcos(float x) { return cosf(x); }
 __device__ __forceinline__ double dcos(double x) { return cos(x); }
 __device__ __forceinline__ float dsin(float x) { return sinf(x); }
 __device__ __forceinline__ double dsin(double x) { return sin(x); }
-__device__ __forceinline__ float dacos(float x) { return acosf(x); }
-__device__ __forceinline__ double dacos(double x) { return acos(x); }
 __device__ __forceinline__ float dpow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double dpow(double x, double y) { return pow(x, y); }
 __device__ __forceinline__ float dsqrt(float x) { return sqrtf(x); }

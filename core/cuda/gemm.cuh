@@ -22,7 +22,7 @@ template <typename real> struct GemmJob {
     int m, n, k, lda, ldb, ldc, ldaux;
     real* partial; /* split-K: ksplit × m × n partial sums, added in order by splitk_fixup */
     int group, member; /* the last hidden layer's forward: output job (element) and ensemble member */
-    /* k_gemm_mma (float32, few rows): op(B) split into FP16 pairs and scaled (see MmaWeights): per
+    /* k_gemm_mma (float32, few rows): op(B) split into FP16 pairs and scaled (see split_fp16_weights in build.cuh): per
        column n, ldq uint4 of 4 k each; wscale = 1 / the scale */
     const uint4* B16;
     int ldq;

@@ -254,7 +254,7 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
        powers of two into FP16's range and the sums scaled back. The k order inside each 16-k step:
        lane tq's k are 4tq .. 4tq+3, the first two in its registers of k 2tq, 2tq+1 and the last two
        in those of 2tq+8, 2tq+9 (the same for A and B, so the products are the same); its 4 weights
-       of a step are one uint4 (MmaWeights). The activation fragments are staged in that order: per
+       of a step are one uint4 (split_fp16_weights). The activation fragments are staged in that order: per
        step, per lane, (a0, a1, a2, a3) = rows (g, g+8) × its two k pairs, high and low parts, one
        16-byte read each. */
     const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
@@ -279,7 +279,7 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
     for (int s0 = kbegin; s0 < kend; s0 += MMA_K) {
         const int s1 = min(kend, s0 + MMA_K), width = (s1 - s0 + 15) / 16 * 16;
         /* this lane's weights of every 16-k step d, split and scaled when the plan was made (see
-           MmaWeights): one 16-byte load each, requested now */
+           split_fp16_weights): one 16-byte load each, requested now */
         uint4 bv[MMA_STEPS];
 #pragma unroll
         for (int d = 0; d < MMA_STEPS; d++) {
