@@ -60,6 +60,9 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
         configure_kernel(k_gemm_big4<true, EPI_BIAS_CELU>, 256, 0);
         configure_kernel(k_gemm_big4<false, EPI_DERIV>, 256, 0);
         configure_kernel(k_gemm_big4<false, EPI_NONE>, 256, 0);
+        configure_kernel(k_gemm_big_tc<true, EPI_BIAS_CELU>, 256, TC_SMEM(true));
+        configure_kernel(k_gemm_big_tc<false, EPI_DERIV>, 256, TC_SMEM(false));
+        configure_kernel(k_gemm_big_tc<false, EPI_NONE>, 256, TC_SMEM(false));
     }
 }
 
@@ -338,7 +341,8 @@ template <typename real> static nnp_status plan_gemm_launches(Build<real>& b, co
             nnp_gemm_shape shape = {g.jobs, 0, 0, 0, 1, sizeof(real) == 4};
             for (int j = 0; j < g.jobs; j++) {
                 const GemmJob<real>& job = b.jobs[g.job0 + j];
-                shape.aligned &= (size_t)job.A % 16 == 0 && (size_t)job.B % 16 == 0 && job.lda % 4 == 0 && job.ldb % 4 == 0;
+                shape.aligned &= (size_t)job.A % 16 == 0 && (size_t)job.B % 16 == 0 && job.lda % 4 == 0 && job.ldb % 4 == 0 &&
+                                 job.k % 4 == 0 && job.n % 4 == 0;
                 shape.max_m = max(shape.max_m, job.m);
                 shape.max_k = max(shape.max_k, job.k);
                 shape.max_mn = max(shape.max_mn, job.m * job.n);

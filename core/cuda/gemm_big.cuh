@@ -156,3 +156,157 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big4(const GemmJob<float>* __re
     }
     store_big_tile<float, EPI>(job, row0, col0, tx, ty, acc);
 }
+
+/*
+ * The many-rows product in float32 on the tensor cores (3×TF32), where the operands allow 16-byte
+ * copies (the plan checks alignment and that every k and n is a multiple of 4). Each operand is
+ * split as x = hi + lo, hi = x rounded to TF32 (10 fraction bits), lo = the rest rounded to TF32,
+ * and a·b = lo·hi + hi·lo + hi·hi (the lo·lo term, about 2^-22 relative, is left out), each k-step
+ * of 8 by mma.sync m16n8k8 (TF32 inputs, float32 sums), small products first. TF32 has float32's
+ * exponent range: no scaling. The tensor cores add into their accumulator without rounding to
+ * nearest, an error that grows with the chain of additions into one accumulator; so each k-stage of
+ * 32 (12 mma into fresh accumulators) is added into the result in float32 with rounding, which keeps
+ * the error at float32's level. A block computes a 128×64 tile in k-stages of 32 that cp.async
+ * copies into shared memory, the next stage while this one is multiplied; 8 warps of 32×32 results,
+ * each thread 2×4 fragments of 4. Rows of A and of op(B) sit TC_LDA words apart in shared memory
+ * (B as [k × n] rows TC_LDB_N apart when not transposed), so that the fragment reads meet no bank
+ * conflict. The sums are formed in a fixed order: the same bits on every run.
+ */
+#define TC_BM 128
+#define TC_BN 64
+#define TC_BK 32
+#define TC_LDA (TC_BK + 4)
+#define TC_LDB_N (TC_BN + 8)
+#define TC_STAGE_A (TC_BM * TC_LDA)
+#define TC_STAGE_B(TRANS_B) ((TRANS_B) ? TC_BN * TC_LDA : TC_BK * TC_LDB_N)
+/* Dynamic shared memory of k_gemm_big_tc: two stages of A and of B. */
+#define TC_SMEM(TRANS_B) (2 * (TC_STAGE_A + TC_STAGE_B(TRANS_B)) * sizeof(float))
+__device__ __forceinline__ unsigned tf32_round(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ void tf32_split(float x, unsigned& hi, unsigned& lo) {
+    hi = tf32_round(x);
+    lo = tf32_round(x - __uint_as_float(hi));
+}
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* 16 bytes from global to shared memory, asynchronously; zeros where !valid (src is then not read). */
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+template <bool TRANS_B, int EPI>
+__global__ void __launch_bounds__(256, 2) k_gemm_big_tc(const GemmJob<float>* __restrict__ jobs) {
+    const GemmJob<float> job = jobs[blockIdx.z];
+    pdl_start();
+    const int row0 = blockIdx.y * TC_BM, col0 = blockIdx.x * TC_BN;
+    if (row0 >= job.m || col0 >= job.n) return;
+    extern __shared__ __align__(16) float tc_smem[];
+    float* const As = tc_smem;                  /* [2][TC_BM][TC_LDA] */
+    float* const Bs = tc_smem + 2 * TC_STAGE_A; /* [2][TC_BN][TC_LDA], or [2][TC_BK][TC_LDB_N] */
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, q = lane % 4;
+    const int wm = (warp / 2) * 32, wn = (warp % 2) * 32; /* this warp's 32×32 results in the tile */
+    /* stage `buf` of k-stage kt: 1,024 float4 of A (row e / 8, k 4·(e mod 8)), 4 per thread, and
+       512 of B, 2 per thread */
+    auto load_stage = [&](int buf, int kt) {
+        const int k0 = kt * TC_BK;
+        float* as = As + buf * TC_STAGE_A;
+        float* bs = Bs + buf * TC_STAGE_B(TRANS_B);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int e = t + 256 * i, r = e / 8, kq = (e % 8) * 4;
+            const bool ok = row0 + r < job.m && k0 + kq < job.k;
+            cp_async16(as + r * TC_LDA + kq, ok ? job.A + (size_t)(row0 + r) * job.lda + k0 + kq : job.A, ok);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int e = t + 256 * i;
+            if (TRANS_B) { /* B is [n × k]: row = column of C */
+                const int r = e / 8, kq = (e % 8) * 4;
+                const bool ok = col0 + r < job.n && k0 + kq < job.k;
+                cp_async16(bs + r * TC_LDA + kq, ok ? job.B + (size_t)(col0 + r) * job.ldb + k0 + kq : job.B, ok);
+            } else { /* B is [k × n]: k row e / 16, columns 4·(e mod 16) */
+                const int kk = e / 16, nq = (e % 16) * 4;
+                const bool ok = k0 + kk < job.k && col0 + nq < job.n;
+                cp_async16(bs + kk * TC_LDB_N + nq, ok ? job.B + (size_t)(k0 + kk) * job.ldb + col0 + nq : job.B, ok);
+            }
+        }
+    };
+    float sum[2][4][4]; /* the result so far, rounded to nearest after each k-stage */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) sum[mi][ni][c] = 0.f;
+    const int nk = (job.k + TC_BK - 1) / TC_BK;
+    load_stage(0, 0);
+    cp_async_commit();
+    for (int kt = 0; kt < nk; kt++) {
+        if (kt + 1 < nk) load_stage((kt + 1) & 1, kt + 1);
+        cp_async_commit();   /* (an empty group at the end, so that one wait fits every step) */
+        cp_async_wait_one(); /* stage kt has landed, for this thread's copies */
+        __syncthreads();     /* and for every thread's */
+        const float* as = As + (kt & 1) * TC_STAGE_A;
+        const float* bs = Bs + (kt & 1) * TC_STAGE_B(TRANS_B);
+        float acc[2][4][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.f;
+#pragma unroll 1
+        for (int kk = 0; kk < TC_BK; kk += 8) {
+            unsigned bh[4][2], bl[4][2]; /* B fragments: (k = q, q + 4; n = g) of each 8 columns */
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                const int n = wn + ni * 8 + g;
+                const float b0 = TRANS_B ? bs[n * TC_LDA + kk + q] : bs[(kk + q) * TC_LDB_N + n];
+                const float b1 = TRANS_B ? bs[n * TC_LDA + kk + q + 4] : bs[(kk + q + 4) * TC_LDB_N + n];
+                tf32_split(b0, bh[ni][0], bl[ni][0]);
+                tf32_split(b1, bh[ni][1], bl[ni][1]);
+            }
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                const float* a = as + (wm + mi * 16 + g) * TC_LDA + kk + q; /* rows g, g + 8; k q, q + 4 */
+                unsigned ah[4], al[4];
+                tf32_split(a[0], ah[0], al[0]);
+                tf32_split(a[8 * TC_LDA], ah[1], al[1]);
+                tf32_split(a[4], ah[2], al[2]);
+                tf32_split(a[8 * TC_LDA + 4], ah[3], al[3]);
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    mma_tf32(acc[mi][ni], al, bh[ni][0], bh[ni][1]);
+                    mma_tf32(acc[mi][ni], ah, bl[ni][0], bl[ni][1]);
+                    mma_tf32(acc[mi][ni], ah, bh[ni][0], bh[ni][1]);
+                }
+            }
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) sum[mi][ni][c] += acc[mi][ni][c];
+        __syncthreads(); /* every read of this stage is done before it is refilled */
+    }
+    /* C fragment: rows g and g + 8, columns 2q and 2q + 1 of each 16×8 */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int r = row0 + wm + mi * 16 + g + 8 * (c / 2), col = col0 + wn + ni * 8 + 2 * q + (c % 2);
+                if (r < job.m && col < job.n) job.C[(size_t)r * job.ldc + col] = epilogue<float>(EPI, job, r, col, sum[mi][ni][c]);
+            }
+}

@@ -50,6 +50,10 @@ static void gemm(const GemmJob<real>* all_jobs, const GemmLaunch& g, cudaStream_
         if (g.kernel == NNP_GEMM_BIG4) {
             launch_k(pdl, k_gemm_big4<TRANS_B, EPI>, big, dim3(256), 0, stream, jobs);
             return;
+        } else if (g.kernel == NNP_GEMM_BIG_TC) {
+            launch_k(pdl, k_gemm_big_tc<TRANS_B, EPI>, dim3(g.grid.x, (g.grid.y + 1) / 2, g.grid.z), dim3(256), TC_SMEM(TRANS_B),
+                     stream, jobs); /* 128×64 tiles */
+            return;
         }
     if (g.kernel == NNP_GEMM_SPLIT_K) {
         launch_k(pdl, k_gemm<real, TRANS_B, EPI>, g.grid, dim3(256), 0, stream, jobs, g.ksplit);

@@ -81,11 +81,14 @@ typedef enum nnp_gemm_kernel {
     NNP_GEMM_FEW_ROWS = 1, /* k_gemm_skinny: float32, <= 32 rows per job, split-K fix-up in the kernel */
     NNP_GEMM_SPLIT_K = 2,  /* k_gemm + k_gemm_reduce: <= 256 rows per job split over k */
     NNP_GEMM_BIG4 = 3,     /* k_gemm_big4: float32, 16-byte aligned operands, one 128x128 tile per block */
-    NNP_GEMM_BIG = 4       /* k_gemm_big: one 128x128 tile per block */
+    NNP_GEMM_BIG = 4,      /* k_gemm_big: one 128x128 tile per block */
+    NNP_GEMM_BIG_TC = 5    /* k_gemm_big_tc: float32 on the tensor cores (3xTF32), operands as for BIG4 */
 } nnp_gemm_kernel;
 /* One GEMM launch (a layer's jobs, forward or backward), as the plan decides it. */
 typedef struct nnp_gemm_shape {
-    int jobs, max_m, max_k, max_mn, aligned, is_float;
+    int jobs, max_m, max_k, max_mn;
+    int aligned;  /* every A and B 16-byte aligned, leading dimensions, k and n multiples of 4 */
+    int is_float;
 } nnp_gemm_shape;
 typedef struct nnp_gemm_choice {
     nnp_gemm_kernel kernel;

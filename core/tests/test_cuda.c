@@ -236,9 +236,10 @@ static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member
     nnp_plan_free(gpu);
 }
 
-/* The same evaluation with the tuning table `variant` and with the defaults: bit-identical where the
-   variant only changes which kernel adds the same terms in the same order. */
-static void compare_bitwise(nnp_model* model, const system_t* s, const nnp_cuda_tuning* variant, const char* what) {
+/* The same evaluation with the tuning tables `base` (NULL: the defaults) and `variant`: bit-identical
+   where the variant only changes which kernel adds the same terms in the same order. */
+static void compare_bitwise(nnp_model* model, const system_t* s, const nnp_cuda_tuning* base, const nnp_cuda_tuning* variant,
+                            const char* what) {
     double e[2], *f[2], *b[2];
     double *d_pos, *d_forces, *d_energy;
     CUDA_OK(cudaMalloc((void**)&d_pos, sizeof(double) * 3 * s->n));
@@ -249,13 +250,13 @@ static void compare_bitwise(nnp_model* model, const system_t* s, const nnp_cuda_
         f[m] = malloc(sizeof(double) * 3 * s->n), b[m] = malloc(sizeof(double) * (s->n_batches + 1));
         nnp_plan* gpu;
         CHECK_OK(nnp_plan_create(model, &gpu));
-        CHECK_OK(nnp_plan_set_cuda_tuning_internal(gpu, m == 1 ? variant : NULL));
+        CHECK_OK(nnp_plan_set_cuda_tuning_internal(gpu, m == 1 ? variant : base));
         CHECK_OK(nnp_plan_set_atoms(gpu, s->n, s->z, s->batch));
         CHECK_OK(eval_plain(gpu, 0, d_pos, d_forces, d_energy, f[m], &e[m], b[m]));
         nnp_plan_free(gpu);
     }
     const int same = e[1] == e[0] && memcmp(f[1], f[0], sizeof(double) * 3 * s->n) == 0 && memcmp(b[1], b[0], sizeof(double) * s->n_batches) == 0;
-    printf("%d atoms, %s: energy %.10f, default %.10f: %s\n", s->n, what, e[1], e[0], same ? "bit-identical" : "DIFFERENT");
+    printf("%d atoms, %s: energy %.10f, against %.10f: %s\n", s->n, what, e[1], e[0], same ? "bit-identical" : "DIFFERENT");
     CHECK(same);
     for (int m = 0; m < 2; m++) free(f[m]), free(b[m]);
     CUDA_OK(cudaFree(d_pos));
@@ -484,6 +485,8 @@ int main(void) {
     if (quick != NULL && strcmp(quick, "large") == 0) { /* for racecheck of the many-rows GEMMs: one large system */
         system_t large = make_large_system(40);
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        tuning.big_tensor_cores = 0;
+        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         tuning.big_vectorized = 0;
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         free(large.z), free(large.batch), free(large.pos);
@@ -532,7 +535,7 @@ int main(void) {
         nnp_cuda_tuning variant;
         nnp_cuda_tuning_defaults(&variant);
         variant.defer_split_k = 0;
-        compare_bitwise(model, &one, &variant, "split-K parts added by the GEMM (defer_split_k = 0)");
+        compare_bitwise(model, &one, NULL, &variant, "split-K parts added by the GEMM (defer_split_k = 0)");
         /* k_gemm_mma's split-K parts added through distributed shared memory in thread-block
            clusters (cluster_fixup, the default on sm_90) or by each tile's last block
            (cluster_split_k = 0): the same sums in the same order, so bit-identical. The first
@@ -540,9 +543,9 @@ int main(void) {
            backward GEMM's 8 parts go through clusters too. */
         nnp_cuda_tuning_defaults(&variant);
         variant.cluster_split_k = 0;
-        compare_bitwise(model, &one, &variant, "no thread-block clusters (cluster_split_k = 0)");
+        compare_bitwise(model, &one, NULL, &variant, "no thread-block clusters (cluster_split_k = 0)");
         variant.defer_split_k = 0;
-        compare_bitwise(model, &one, &variant, "no clusters, split-K parts added by the GEMM");
+        compare_bitwise(model, &one, NULL, &variant, "no clusters, split-K parts added by the GEMM");
         /* The molecule as batch 300 of 301 (300 empty): more batches than the end of the
            evaluation keeps in shared memory for one molecule. */
         for (int32_t a = 0; a < one.n; a++) one.batch[a] = 300;
@@ -559,16 +562,23 @@ int main(void) {
         system_t large = make_large_system(40); /* >256 atoms of H and of C: the many-row GEMM kernel */
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
         compare_with_cpu(model, &large, 1, NNP_PRECISION_DOUBLE, 1e-11, 1e-8);
-        /* k_gemm_big (scalar loads, one shared buffer) instead of k_gemm_big4: the same sums in the
-           same order, so bit-identical. */
-        nnp_cuda_tuning variant;
-        nnp_cuda_tuning_defaults(&variant);
+        /* The many-rows SIMT kernels instead of the tensor cores (k_gemm_big4), and k_gemm_big
+           (scalar loads, one shared buffer) instead of k_gemm_big4: the same sums in the same
+           order, so bit-identical. */
+        tuning.big_tensor_cores = 0;
+        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, 1e-5, 1e-3);
+        nnp_cuda_tuning_defaults(&tuning);
+        nnp_cuda_tuning simt, variant;
+        nnp_cuda_tuning_defaults(&simt);
+        simt.big_tensor_cores = 0;
+        variant = simt;
         variant.big_vectorized = 0;
-        compare_bitwise(model, &large, &variant, "k_gemm_big instead of k_gemm_big4 (big_vectorized = 0)");
+        compare_bitwise(model, &large, &simt, &variant, "k_gemm_big instead of k_gemm_big4 (big_vectorized = 0)");
+        nnp_cuda_tuning_defaults(&variant);
         /* Ordinary launches instead of programmatic dependent ones: the same kernels, so the same bits. */
         nnp_cuda_tuning_defaults(&variant);
         variant.pdl = 0;
-        compare_bitwise(model, &large, &variant, "no programmatic dependent launches (pdl = 0)");
+        compare_bitwise(model, &large, NULL, &variant, "no programmatic dependent launches (pdl = 0)");
         free(large.z), free(large.batch), free(large.pos);
     }
     {
