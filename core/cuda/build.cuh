@@ -348,7 +348,7 @@ template <typename real> static nnp_status plan_gemm_launches(Build<real>& b, co
                 shape.max_mn = max(shape.max_mn, job.m * job.n);
             }
             const nnp_gemm_choice c = nnp_cuda_plan_gemm(&s->tuning, &shape);
-            g.kernel = c.kernel, g.ksplit = c.ksplit, g.max_m = shape.max_m, g.max_mn = shape.max_mn;
+            g.kernel = c.kernel, g.ksplit = c.ksplit, g.max_mn = shape.max_mn;
             size_t offset = 0;
             for (int j = 0; g.ksplit > 1 && j < g.jobs; j++) {
                 b.partial_at[g.job0 + j] = offset;
