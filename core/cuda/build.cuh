@@ -63,6 +63,9 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
         configure_kernel(k_gemm_big_tc<true, EPI_BIAS_CELU>, 256, TC_SMEM(true));
         configure_kernel(k_gemm_big_tc<false, EPI_DERIV>, 256, TC_SMEM(false));
         configure_kernel(k_gemm_big_tc<false, EPI_NONE>, 256, TC_SMEM(false));
+        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_DERIV>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_NONE>, 256, TH_SMEM);
     }
 }
 
@@ -400,24 +403,45 @@ template <typename real> static nnp_status plan_deferred_sum(Build<real>& b) {
     return NNP_OK;
 }
 
-/* The weights of every launch that runs on k_gemm_mma split once into FP16 pairs for the mma's
-   operand order: per job, column n and 4 k from 4q, one uint4 (high parts of k 4q, 4q+1 | of 4q+2,
-   4q+3 | the low parts likewise), each matrix scaled by the power of two that brings its largest
-   magnitude below 2^14 (fp16_scale); the kernel multiplies its sums by wscale, the inverse. Columns
-   of k past the job's are zero. */
+/* The weights of every launch that runs on k_gemm_mma or k_gemm_big_h split once into FP16 pairs
+   for the mma's operand order: per weight matrix, column n and 4 k from 4q, one uint4 (high parts of
+   k 4q, 4q+1 | of 4q+2, 4q+3 | the low parts likewise), scaled by the power of two that brings its
+   largest magnitude below 2^14 (fp16_scale); the kernels multiply their sums by wscale, the inverse.
+   Jobs that use the same matrix (the first layer's classes of prefixes use its first k columns)
+   share one split, of their largest k: columns past a job's k meet zeros of its activations. Columns
+   past the largest k are zero. */
 template <typename real> static nnp_status split_fp16_weights(Build<real>& b) {
     nnp_cuda_state* s = b.s;
-    size_t* w16_at = (size_t*)calloc(b.nj + 1, sizeof(size_t));
-    if (w16_at == NULL) return nnp_fail(NNP_ERR_MEMORY, "cannot allocate the FP16 weight table");
-    size_t count = 0;
+    size_t* w16_at = (size_t*)calloc(b.nj + 1, sizeof(size_t)); /* 1 + the offset of a matrix's split; 0: none */
+    int* owner = (int*)calloc(b.nj + 1, sizeof(int));           /* the first job of the same matrix, or -1 */
+    int* kmax = (int*)calloc(b.nj + 1, sizeof(int));
+    if (w16_at == NULL || owner == NULL || kmax == NULL) {
+        free(w16_at), free(owner), free(kmax);
+        return nnp_fail(NNP_ERR_MEMORY, "cannot allocate the FP16 weight table");
+    }
+    const size_t fwd_end = s->bwd[s->n_hidden - 1].job0; /* forward jobs come first: B is [n × k] */
+    for (size_t j = 0; j < b.nj; j++) owner[j] = -1;
     for (int pass = 0; pass < 2; pass++)
         for (int h = 0; h < s->n_hidden; h++) {
             const GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
-            if (g.kernel != NNP_GEMM_MMA) continue;
-            for (int j = 0; j < g.jobs; j++) {
-                w16_at[g.job0 + j] = count + 1; /* 0: none */
-                count += (size_t)b.jobs[g.job0 + j].n * ((b.jobs[g.job0 + j].k + 15) / 16 * 4);
+            if (g.kernel != NNP_GEMM_MMA && g.kernel != NNP_GEMM_BIG_H) continue;
+            for (int j = g.job0; j < g.job0 + g.jobs; j++) {
+                const GemmJob<real>& x = b.jobs[j];
+                owner[j] = j;
+                for (int i = 0; i < j; i++) /* a few hundred jobs at most */
+                    if (owner[i] == i && b.jobs[i].B == x.B && b.jobs[i].ldb == x.ldb && b.jobs[i].n == x.n &&
+                        ((size_t)i < fwd_end) == ((size_t)j < fwd_end)) {
+                        owner[j] = i;
+                        break;
+                    }
+                kmax[owner[j]] = max(kmax[owner[j]], x.k);
             }
+        }
+    size_t count = 0;
+    for (size_t j = 0; j < b.nj; j++)
+        if (owner[j] == (int)j) {
+            w16_at[j] = count + 1;
+            count += (size_t)b.jobs[j].n * ((kmax[j] + 15) / 16 * 4);
         }
     b.w16_count = count;
     nnp_status st = device_alloc(&s->w16, sizeof(uint4) * (count + 1), "s->w16");
@@ -425,15 +449,15 @@ template <typename real> static nnp_status split_fp16_weights(Build<real>& b) {
         st = nnp_fail(NNP_ERR_MEMORY, "cannot allocate the FP16 weights");
     const real* W = (const real*)s->weights;
     for (size_t j = 0; st == NNP_OK && b.w16 != NULL && j < b.nj; j++) {
-        if (w16_at[j] == 0) continue;
+        if (owner[j] != (int)j) continue;
         GemmJob<real>& g = b.jobs[j];
-        const bool trans = j < s->bwd[s->n_hidden - 1].job0; /* forward jobs come first: B is [n × k] */
+        const bool trans = j < fwd_end;
         const real* hb = b.w + (g.B - W);
-        const int ldq = (g.k + 15) / 16 * 4;
-        auto at = [&](int col, int k) { return k < g.k ? (float)(trans ? hb[(size_t)col * g.ldb + k] : hb[(size_t)k * g.ldb + col]) : 0.f; };
+        const int k = kmax[j], ldq = (k + 15) / 16 * 4;
+        auto at = [&](int col, int kk) { return kk < k ? (float)(trans ? hb[(size_t)col * g.ldb + kk] : hb[(size_t)kk * g.ldb + col]) : 0.f; };
         float mx = 0.f;
         for (int col = 0; col < g.n; col++)
-            for (int k = 0; k < g.k; k++) mx = fmaxf(mx, fabsf(at(col, k)));
+            for (int kk = 0; kk < k; kk++) mx = fmaxf(mx, fabsf(at(col, kk)));
         const float sc = fp16_scale(mx);
         uint4* dst = b.w16 + (w16_at[j] - 1);
         for (int col = 0; col < g.n; col++)
@@ -443,11 +467,17 @@ template <typename real> static nnp_status split_fp16_weights(Build<real>& b) {
                 fp16_split(at(col, 4 * q + 2) * sc, at(col, 4 * q + 3) * sc, v.y, v.w);
                 dst[(size_t)col * ldq + q] = v;
             }
-        g.B16 = (const uint4*)s->w16 + (w16_at[j] - 1);
-        g.ldq = ldq;
         g.wscale = 1.f / sc;
     }
-    free(w16_at);
+    for (size_t j = 0; st == NNP_OK && j < b.nj; j++) {
+        if (owner[j] < 0) continue;
+        const int o = owner[j];
+        GemmJob<real>& g = b.jobs[j];
+        g.B16 = (const uint4*)s->w16 + (w16_at[o] - 1);
+        g.ldq = (kmax[o] + 15) / 16 * 4;
+        g.wscale = b.jobs[o].wscale;
+    }
+    free(w16_at), free(owner), free(kmax);
     return st;
 }
 

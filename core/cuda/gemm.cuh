@@ -29,6 +29,26 @@ template <typename real> struct GemmJob {
     float wscale;
 };
 
+/* FP16 pairs on the tensor cores (k_gemm_mma, k_gemm_big_h): mma.sync m16n8k16, FP16 inputs, float32 sums. */
+__device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+/* (a, b) as FP16 pairs: hi = (a, b) rounded, lo = the rest rounded (a in the low halves). */
+__host__ __device__ inline void fp16_split(float a, float b, unsigned& hi, unsigned& lo) {
+    const __half2 h = __floats2half2_rn(a, b);
+    const float2 f = __half22float2(h);
+    const __half2 l = __floats2half2_rn(a - f.x, b - f.y);
+    memcpy(&hi, &h, sizeof hi), memcpy(&lo, &l, sizeof lo);
+}
+/* The power of two that brings magnitudes up to mx below 2^14 (1 for 0, NaN or infinity). */
+__host__ __device__ inline float fp16_scale(float mx) {
+    if (!(mx > 0.f) || isinf(mx)) return 1.f;
+    int e;
+    frexpf(mx, &e); /* mx < 2^e */
+    return ldexpf(1.f, min(127, max(-126, 14 - e)));
+}
 template <typename real> __device__ __forceinline__ real epilogue(int epi, const GemmJob<real>& job, int gr, int gc, real v) {
     if (epi == EPI_BIAS || epi == EPI_BIAS_CELU) v += job.bias[gc];
     if (epi == EPI_BIAS_CELU) v = celu(v);

@@ -310,3 +310,163 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_tc(const GemmJob<float>* __
                 if (r < job.m && col < job.n) job.C[(size_t)r * job.ldc + col] = epilogue<float>(EPI, job, r, col, sum[mi][ni][c]);
             }
 }
+
+/*
+ * The many-rows product in float32 on the tensor cores in FP16 (mma.sync m16n8k16: twice the
+ * products of a TF32 m16n8k8 in the same time), where the operands allow 16-byte loads (as for
+ * k_gemm_big_tc). Each operand is scaled by a power of two and split into an FP16 high part and the
+ * FP16 rest, x = hi + lo (11 + 11 bits, as a TF32 pair), and a·b = lo·hi + hi·lo + hi·hi (the
+ * lo·lo term, about 2^-22 relative, is left out; see fp16_split, fp16_scale, k_gemm_mma). The
+ * weights were split and scaled when the plan was made (split_fp16_weights: one scale per job, the
+ * lane-ordered uint4 of k_gemm_mma); the activations are split here, each row of each k-stage of 32
+ * with its own power-of-two scale that brings its largest magnitude below 2^14, so that FP16's range
+ * holds the high parts and, down to 2^-17 of that row's largest value, the low parts as normal
+ * numbers (smaller values keep an absolute error below 2^-38 of it). Each k-stage is summed in fresh
+ * accumulators (the tensor cores' accumulation truncates), scaled back (powers of two: exact) and
+ * added to the result in float32 with rounding. A block computes a 128×64 tile with 8 warps of 32×32
+ * results; each k-stage's activations are read into registers (the next stage's while this one is
+ * multiplied), split and stored to shared memory in fragment order (per 16-row tile, 16-k step and
+ * lane, a uint4 of high parts and one of low parts: one conflict-free 16-byte read per fragment), the
+ * weights' fragments copied there by cp.async; one barrier per stage. Within each 16-k step lane q
+ * takes k 4q .. 4q+3 for both operands (the order of k_gemm_mma). The sums are formed in a fixed
+ * order: the same bits on every run.
+ */
+#define TH_BM 128
+#define TH_BN 64
+#define TH_BK 32
+#define TH_STAGE_A (TH_BM / 16 * 2 * 2 * 32) /* uint4: 16-row tiles × 16-k steps × (hi, lo) × lanes */
+#define TH_STAGE_B (2 * TH_BN * 4)           /* uint4: 16-k steps × columns × lanes of a column */
+/* Dynamic shared memory of k_gemm_big_h: two stages of A, of B and of A's row scales. */
+#define TH_SMEM (2 * (TH_STAGE_A + TH_STAGE_B) * sizeof(uint4) + 2 * TH_BM * sizeof(float))
+__device__ __forceinline__ void cp_async16u(uint4* dst, const uint4* src, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+template <int EPI>
+__global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __restrict__ jobs) {
+    const GemmJob<float> job = jobs[blockIdx.z];
+    pdl_start();
+    const int row0 = blockIdx.y * TH_BM, col0 = blockIdx.x * TH_BN;
+    if (row0 >= job.m || col0 >= job.n) return;
+    extern __shared__ uint4 th_smem[];
+    uint4* const As = th_smem;                               /* [2][8 tiles][2 steps][hi, lo][32 lanes] */
+    uint4* const Bs = th_smem + 2 * TH_STAGE_A;              /* [2][2 steps][64 columns][4 lanes] */
+    float* const Sc = (float*)(th_smem + 2 * (TH_STAGE_A + TH_STAGE_B)); /* [2][128]: 1 / each row's scale */
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, q = lane % 4;
+    const int wm = (warp / 2) * 32, wn = (warp % 2) * 32; /* this warp's 32×32 results in the tile */
+    /* This thread reads and splits, for 16-row tile `warp` of the block, lane (g, q)'s fragments of
+       both 16-k steps of a stage: rows g and g + 8, k 4q .. 4q+3 of each step. */
+    const int ar = row0 + warp * 16 + g;
+    float4 x[2][2]; /* [step][row g, g + 8] */
+    auto fetch_a = [&](int kt) {
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = ar + 8 * h, k = kt * TH_BK + 16 * s + 4 * q;
+                x[s][h] = r < job.m && k < job.k ? __ldcg((const float4*)(job.A + (size_t)r * job.lda + k)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+    };
+    auto store_a = [&](int buf) {
+        float sc[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mx = 0.f;
+#pragma unroll
+            for (int s = 0; s < 2; s++) mx = fmaxf(mx, fmaxf(fmaxf(fabsf(x[s][h].x), fabsf(x[s][h].y)), fmaxf(fabsf(x[s][h].z), fabsf(x[s][h].w))));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2)); /* the row's 32 k of this stage */
+            sc[h] = fp16_scale(mx);
+            if (q == 0) Sc[buf * TH_BM + warp * 16 + g + 8 * h] = 1.f / sc[h];
+        }
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            uint4 hi, lo; /* (a0, a1, a2, a3) = (row g, k 4q..4q+1), (g + 8, same), (g, 4q+2..4q+3), (g + 8, same) */
+            fp16_split(x[s][0].x * sc[0], x[s][0].y * sc[0], hi.x, lo.x);
+            fp16_split(x[s][1].x * sc[1], x[s][1].y * sc[1], hi.y, lo.y);
+            fp16_split(x[s][0].z * sc[0], x[s][0].w * sc[0], hi.z, lo.z);
+            fp16_split(x[s][1].z * sc[1], x[s][1].w * sc[1], hi.w, lo.w);
+            uint4* at = As + (size_t)(((buf * 8 + warp) * 2 + s) * 2) * 32 + lane;
+            at[0] = hi, at[32] = lo;
+        }
+    };
+    /* the weights' fragments of stage kt: 512 uint4, 2 per thread (step i, column e / 4, lane e mod 4) */
+    auto load_b = [&](int buf, int kt) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int e = t, n = e / 4, kq = kt * (TH_BK / 4) + 4 * i + e % 4;
+            const bool ok = col0 + n < job.n && kq < job.ldq;
+            cp_async16u(Bs + (buf * 2 + i) * (TH_BN * 4) + e, ok ? job.B16 + (size_t)(col0 + n) * job.ldq + kq : job.B16, ok);
+        }
+    };
+    float sum[2][4][4]; /* the result so far, rounded to nearest after each k-stage */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) sum[mi][ni][c] = 0.f;
+    const int nk = (job.k + TH_BK - 1) / TH_BK;
+    fetch_a(0);
+    load_b(0, 0);
+    cp_async_commit();
+    store_a(0);
+    cp_async_wait_all();
+    __syncthreads();
+    for (int kt = 0; kt < nk; kt++) {
+        const int buf = kt & 1;
+        const bool more = kt + 1 < nk;
+        if (more) {
+            fetch_a(kt + 1);
+            load_b(buf ^ 1, kt + 1);
+            cp_async_commit();
+        }
+        float acc[2][4][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.f;
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            uint4 b[4]; /* (hi k 4q..4q+1, hi 4q+2..4q+3, lo, lo) of column wn + 8·ni + g */
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) b[ni] = Bs[(buf * 2 + s) * (TH_BN * 4) + (wn + ni * 8 + g) * 4 + q];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                const uint4* at = As + (size_t)(((buf * 8 + wm / 16 + mi) * 2 + s) * 2) * 32 + lane;
+                const uint4 ah = at[0], al = at[32];
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    mma_f16(acc[mi][ni], al.x, al.y, al.z, al.w, b[ni].x, b[ni].y);
+                    mma_f16(acc[mi][ni], ah.x, ah.y, ah.z, ah.w, b[ni].z, b[ni].w);
+                    mma_f16(acc[mi][ni], ah.x, ah.y, ah.z, ah.w, b[ni].x, b[ni].y);
+                }
+            }
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+            const float u0 = Sc[buf * TH_BM + wm + mi * 16 + g], u1 = Sc[buf * TH_BM + wm + mi * 16 + g + 8];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) sum[mi][ni][c] = fmaf(acc[mi][ni][c], c < 2 ? u0 : u1, sum[mi][ni][c]);
+        }
+        if (more) store_a(buf ^ 1);
+        cp_async_wait_all();
+        __syncthreads(); /* stage kt + 1 is in place, and every read of stage kt is done */
+    }
+    /* C fragment: rows g and g + 8, columns 2q and 2q + 1 of each 16×8; the weights' scale undone */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int r = row0 + wm + mi * 16 + g + 8 * (c / 2), col = col0 + wn + ni * 8 + 2 * q + (c % 2);
+                if (r < job.m && col < job.n) job.C[(size_t)r * job.ldc + col] = epilogue<float>(EPI, job, r, col, sum[mi][ni][c] * job.wscale);
+            }
+}

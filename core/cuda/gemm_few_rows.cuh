@@ -193,25 +193,6 @@ __global__ void __launch_bounds__(256) k_gemm_skinny(const GemmJob<float>* __res
    two lanes per k (8 rows each), which removes the last 2-way conflict, measured the same. */
 #define MMA_AROW 36
 #define MMA_STEPS (MMA_K / 16) /* m16n8k16 steps per stage */
-__device__ __forceinline__ void mma_f16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-/* (a, b) as FP16 pairs: hi = (a, b) rounded, lo = the rest rounded (a in the low halves). */
-__host__ __device__ inline void fp16_split(float a, float b, unsigned& hi, unsigned& lo) {
-    const __half2 h = __floats2half2_rn(a, b);
-    const float2 f = __half22float2(h);
-    const __half2 l = __floats2half2_rn(a - f.x, b - f.y);
-    memcpy(&hi, &h, sizeof hi), memcpy(&lo, &l, sizeof lo);
-}
-/* The power of two that brings magnitudes up to mx below 2^14 (1 for 0, NaN or infinity). */
-__host__ __device__ inline float fp16_scale(float mx) {
-    if (!(mx > 0.f) || isinf(mx)) return 1.f;
-    int e;
-    frexpf(mx, &e); /* mx < 2^e */
-    return ldexpf(1.f, min(127, max(-126, 14 - e)));
-}
 /* EPI_OUT's end of a k_gemm_mma tile (see OutFuse): acc as in mma_tile; w and b: the output weight
    and the bias of this lane's two columns; delta: the element's first backward step. */
 __device__ __forceinline__ void mma_output(const GemmJob<float>& job, int col0, const float (&acc)[4][4], const float (&w)[2],

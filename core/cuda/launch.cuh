@@ -54,6 +54,9 @@ static void gemm(const GemmJob<real>* all_jobs, const GemmLaunch& g, cudaStream_
             launch_k(pdl, k_gemm_big_tc<TRANS_B, EPI>, dim3(g.grid.x, (g.grid.y + 1) / 2, g.grid.z), dim3(256), TC_SMEM(TRANS_B),
                      stream, jobs); /* 128×64 tiles */
             return;
+        } else if (g.kernel == NNP_GEMM_BIG_H) {
+            launch_k(pdl, k_gemm_big_h<EPI>, dim3(g.grid.x, (g.grid.y + 1) / 2, g.grid.z), dim3(256), TH_SMEM, stream, jobs);
+            return;
         }
     if (g.kernel == NNP_GEMM_SPLIT_K) {
         launch_k(pdl, k_gemm<real, TRANS_B, EPI>, g.grid, dim3(256), 0, stream, jobs, g.ksplit);

@@ -13,7 +13,7 @@ void nnp_cuda_tuning_defaults(nnp_cuda_tuning* t) {
     t->split_k = 32;
     t->split_k_few_rows = 256;
     t->split_max = 64;
-    t->big_tensor_cores = 1;
+    t->big_tensor_cores = 2;
     t->big_vectorized = 1;
     t->cluster_split_k = 1;
     t->defer_split_k = 1;
@@ -182,7 +182,7 @@ nnp_gemm_choice nnp_cuda_plan_gemm(const nnp_cuda_tuning* t, const nnp_gemm_shap
     c.ksplit = ksplit;
     if (few_rows) c.kernel = g->max_m <= NNP_CUDA_MMA_ROWS ? NNP_GEMM_MMA : NNP_GEMM_FEW_ROWS;
     else if (ksplit > 1) c.kernel = NNP_GEMM_SPLIT_K;
-    else if (g->is_float && g->aligned && t->big_tensor_cores) c.kernel = NNP_GEMM_BIG_TC;
+    else if (g->is_float && g->aligned && t->big_tensor_cores) c.kernel = t->big_tensor_cores == 1 ? NNP_GEMM_BIG_TC : NNP_GEMM_BIG_H;
     else c.kernel = g->is_float && g->aligned && t->big_vectorized ? NNP_GEMM_BIG4 : NNP_GEMM_BIG;
     return c;
 }

@@ -82,7 +82,8 @@ typedef enum nnp_gemm_kernel {
     NNP_GEMM_SPLIT_K = 2,  /* k_gemm + k_gemm_reduce: <= 256 rows per job split over k */
     NNP_GEMM_BIG4 = 3,     /* k_gemm_big4: float32, 16-byte aligned operands, one 128x128 tile per block */
     NNP_GEMM_BIG = 4,      /* k_gemm_big: one 128x128 tile per block */
-    NNP_GEMM_BIG_TC = 5    /* k_gemm_big_tc: float32 on the tensor cores (3xTF32), operands as for BIG4 */
+    NNP_GEMM_BIG_TC = 5,   /* k_gemm_big_tc: float32 on the tensor cores (3xTF32), operands as for BIG4 */
+    NNP_GEMM_BIG_H = 6     /* k_gemm_big_h: float32 on the tensor cores (FP16 pairs), operands as for BIG4 */
 } nnp_gemm_kernel;
 /* One GEMM launch (a layer's jobs, forward or backward), as the plan decides it. */
 typedef struct nnp_gemm_shape {

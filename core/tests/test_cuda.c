@@ -132,6 +132,19 @@ static void mutate(system_t* s, int32_t b, int32_t from, int32_t to, int count) 
         if (s->batch[i] == b && s->z[i] == from) s->z[i] = to, count--;
 }
 
+/* The many-rows GEMMs at their edges: 40 drug-like molecules (713 H and 451 C, so 710 and 451 rows
+   after the changes: not multiples of the 128-row tiles; the AEV's 1,008 features end in the middle
+   of a 32-k stage and of a 64-column tile) with one H made S, one F and one Cl in different
+   molecules, so that every element of ANI-2x is present, three of them with one row each (a 1-row
+   job inside a launch that the many-rows kernels run). */
+static system_t make_edge_system(void) {
+    system_t s = make_large_system(40);
+    mutate(&s, 3, 1, 16, 1);
+    mutate(&s, 7, 1, 9, 1);
+    mutate(&s, 11, 1, 17, 1);
+    return s;
+}
+
 static double rms_relative(const double* ref, const double* x, int n) {
     double d = 0, r = 0;
     for (int i = 0; i < n; i++) d += (ref[i] - x[i]) * (ref[i] - x[i]), r += ref[i] * ref[i];
@@ -227,8 +240,8 @@ static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member
         else worst = fmax(worst, fabs(b_gpu[b] - b_cpu[b]) / fabs(b_cpu[b]));
     }
     double frms = rms_relative(f_cpu, f_gpu, 3 * s->n);
-    printf("%d atoms, %s member %2d: energy CPU %.10f GPU %.10f (rel %.2e), worst batch rel %.2e, forces rel RMS %.2e\n",
-           s->n, precision == NNP_PRECISION_DOUBLE ? "double" : "single", member, e_cpu, e_gpu, fabs(e_gpu - e_cpu) / fabs(e_cpu),
+    printf("%d atoms, %s member %2d (many-rows kernel %d): energy CPU %.10f GPU %.10f (rel %.2e), worst batch rel %.2e, forces rel RMS %.2e\n",
+           s->n, precision == NNP_PRECISION_DOUBLE ? "double" : "single", member, tuning.big_tensor_cores, e_cpu, e_gpu, fabs(e_gpu - e_cpu) / fabs(e_cpu),
            worst, frms);
     CHECK(fabs(e_gpu - e_cpu) <= etol * fabs(e_cpu));
     CHECK(worst <= etol);
@@ -492,6 +505,8 @@ int main(void) {
     if (quick != NULL && strcmp(quick, "large") == 0) { /* for racecheck of the many-rows GEMMs: one large system */
         system_t large = make_large_system(40);
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        tuning.big_tensor_cores = 1;
+        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         tuning.big_tensor_cores = 0;
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         tuning.big_vectorized = 0;
@@ -569,9 +584,11 @@ int main(void) {
         system_t large = make_large_system(40); /* >256 atoms of H and of C: the many-row GEMM kernel */
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         compare_with_cpu(model, &large, 1, NNP_PRECISION_DOUBLE, DOUBLE_ENERGY, DOUBLE_FORCES);
-        /* The many-rows SIMT kernels instead of the tensor cores (k_gemm_big4), and k_gemm_big
-           (scalar loads, one shared buffer) instead of k_gemm_big4: the same sums in the same
-           order, so bit-identical. */
+        /* The many-rows GEMMs on the tensor cores in 3xTF32 (k_gemm_big_tc) instead of FP16 pairs
+           (k_gemm_big_h); the SIMT kernels (k_gemm_big4); and k_gemm_big (scalar loads, one shared
+           buffer) instead of k_gemm_big4: the same sums in the same order, so bit-identical. */
+        tuning.big_tensor_cores = 1;
+        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         tuning.big_tensor_cores = 0;
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         nnp_cuda_tuning_defaults(&tuning);
@@ -587,6 +604,15 @@ int main(void) {
         variant.pdl = 0;
         compare_bitwise(model, &large, NULL, &variant, "no programmatic dependent launches (pdl = 0)");
         free(large.z), free(large.batch), free(large.pos);
+        system_t edge = make_edge_system(); /* tile edges, every element, elements of one row */
+        for (int kernel = 2; kernel >= 0; kernel--) { /* FP16 pairs, 3xTF32, SIMT */
+            tuning.big_tensor_cores = kernel;
+            compare_with_cpu(model, &edge, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        }
+        nnp_cuda_tuning_defaults(&tuning);
+        compare_with_cpu(model, &edge, 2, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES); /* one member */
+        compare_with_cpu(model, &edge, -1, NNP_PRECISION_DOUBLE, DOUBLE_ENERGY, DOUBLE_FORCES);
+        free(edge.z), free(edge.batch), free(edge.pos);
     }
     {
         /* S, F and Cl in some batches only: stored AEV blocks and classes of first-layer prefixes

@@ -273,11 +273,14 @@ static void test_gemm_choice(void) {
     c = choose(&t, 4, 100, 20, 2048, 1, 0); /* k below one part: no split, so the many-rows kernel */
     CHECK(c.kernel == NNP_GEMM_BIG && c.ksplit == 1);
     c = choose(&t, 4, 257, 384, 2048, 1, 1);
-    CHECK(c.kernel == NNP_GEMM_BIG_TC && c.ksplit == 1);
+    CHECK(c.kernel == NNP_GEMM_BIG_H && c.ksplit == 1);
     c = choose(&t, 4, 257, 384, 2048, 0, 1);
     CHECK(c.kernel == NNP_GEMM_BIG && c.ksplit == 1);
     c = choose(&t, 4, 5000, 384, 2048, 1, 0);
     CHECK(c.kernel == NNP_GEMM_BIG && c.ksplit == 1);
+    t.big_tensor_cores = 1;
+    c = choose(&t, 4, 257, 384, 2048, 1, 1);
+    CHECK(c.kernel == NNP_GEMM_BIG_TC);
     t.big_tensor_cores = 0;
     c = choose(&t, 4, 257, 384, 2048, 1, 1);
     CHECK(c.kernel == NNP_GEMM_BIG4);
