@@ -133,11 +133,12 @@ PY
   stalls)
     # Nsight Compute: what the warps of one molecule's evaluation wait on, per launch (cycles per
     # issued instruction, by stall reason, top 7), with each launch's time and instruction count.
-    # STALL_KERNELS (regex), STALL_SKIP and STALL_COUNT (matching launches; 7 = one evaluation).
+    # STALL_KERNELS (regex), STALL_SKIP and STALL_COUNT (matching launches; 7 = one evaluation),
+    # STALL_SIZE (molecules, default 1).
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 250 ncu --clock-control none --cache-control none \
       --kernel-name regex:"${STALL_KERNELS:-k_gemm_mma|k_aev}" --launch-skip "${STALL_SKIP:-80}" --launch-count "${STALL_COUNT:-7}" --csv \
       --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,gpu__time_duration.sum,smsp__inst_executed.sum" \
-      "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/stalls.csv" 2> "$out/stalls.err"
+      "$root/build-gpu/bench/bench_nnp" "$d/shared" "${STALL_SIZE:-1}" > "$out/stalls.csv" 2> "$out/stalls.err"
     echo "ncu stalls: exit $?"
     python3 - "$out/stalls.csv" <<'PY'
 import csv, sys, collections

@@ -345,7 +345,9 @@ template <typename real> static nnp_status plan_gemm_launches(Build<real>& b, co
             for (int j = 0; j < g.jobs; j++) {
                 const GemmJob<real>& job = b.jobs[g.job0 + j];
                 shape.aligned &= (size_t)job.A % 16 == 0 && (size_t)job.B % 16 == 0 && job.lda % 4 == 0 && job.ldb % 4 == 0 &&
-                                 job.k % 4 == 0 && job.n % 4 == 0;
+                                 job.k % 4 == 0 && job.n % 4 == 0 && (size_t)job.C % 8 == 0 && job.ldc % 2 == 0 &&
+                                 (job.aux == NULL || ((size_t)job.aux % 8 == 0 && job.ldaux % 2 == 0)) &&
+                                 (job.bias == NULL || (size_t)job.bias % 8 == 0);
                 shape.max_m = max(shape.max_m, job.m);
                 shape.max_k = max(shape.max_k, job.k);
                 shape.max_mn = max(shape.max_mn, job.m * job.n);

@@ -56,6 +56,16 @@ template <typename real> __device__ __forceinline__ real epilogue(int epi, const
     return v;
 }
 
+/* The epilogue with its operand already loaded: bias[col] (EPI_BIAS, EPI_BIAS_CELU) or the layer's
+   output aux[row, col] (EPI_DERIV); the kernels that request every operand before their first store
+   use it (a load after a store waits for it: the compiler cannot know that they do not alias). */
+__device__ __forceinline__ float epilogue_with(int epi, float v, float operand) {
+    if (epi == EPI_BIAS || epi == EPI_BIAS_CELU) v += operand;
+    if (epi == EPI_BIAS_CELU) v = celu(v);
+    if (epi == EPI_DERIV) v *= celu_deriv_from_output(operand);
+    return v;
+}
+
 /*
  * Split-K fix-up, at the end of every block of a split launch: the block that finishes a tile last
  * (counted in `counter`, which it resets for the next launch) adds the tile's partial sums in part

@@ -432,20 +432,27 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
                 for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.f;
 #pragma unroll
         for (int s = 0; s < 2; s++) {
-            uint4 b[4]; /* (hi k 4q..4q+1, hi 4q+2..4q+3, lo, lo) of column wn + 8·ni + g */
+            uint4 b[4], ah[2], al[2]; /* B: (hi k 4q..4q+1, hi 4q+2..4q+3, lo, lo) of column wn + 8·ni + g */
 #pragma unroll
             for (int ni = 0; ni < 4; ni++) b[ni] = Bs[(buf * 2 + s) * (TH_BN * 4) + (wn + ni * 8 + g) * 4 + q];
 #pragma unroll
             for (int mi = 0; mi < 2; mi++) {
                 const uint4* at = As + (size_t)(((buf * 8 + wm / 16 + mi) * 2 + s) * 2) * 32 + lane;
-                const uint4 ah = at[0], al = at[32];
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    mma_f16(acc[mi][ni], al.x, al.y, al.z, al.w, b[ni].x, b[ni].y);
-                    mma_f16(acc[mi][ni], ah.x, ah.y, ah.z, ah.w, b[ni].z, b[ni].w);
-                    mma_f16(acc[mi][ni], ah.x, ah.y, ah.z, ah.w, b[ni].x, b[ni].y);
-                }
+                ah[mi] = at[0], al[mi] = at[32];
             }
+            /* each term over all 8 accumulators before the next: 8 independent mma between dependent ones */
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], al[mi].x, al[mi].y, al[mi].z, al[mi].w, b[ni].x, b[ni].y);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, b[ni].z, b[ni].w);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, b[ni].x, b[ni].y);
         }
 #pragma unroll
         for (int mi = 0; mi < 2; mi++) {
@@ -459,14 +466,31 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
         cp_async_wait_all();
         __syncthreads(); /* stage kt + 1 is in place, and every read of stage kt is done */
     }
-    /* C fragment: rows g and g + 8, columns 2q and 2q + 1 of each 16×8; the weights' scale undone */
+    /* C fragment: rows g and g + 8, columns 2q and 2q + 1 of each 16×8 (n is a multiple of 4: both
+       or neither in range), the weights' scale undone. The epilogue's operands are all requested
+       before the first store (see epilogue_with); C, aux and bias allow 8-byte accesses (the plan). */
+    float2 op[2][4][2]; /* [mi][ni][row g, g + 8] */
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int r = row0 + wm + mi * 16 + g + 8 * (c / 2), col = col0 + wn + ni * 8 + 2 * q + (c % 2);
-                if (r < job.m && col < job.n) job.C[(size_t)r * job.ldc + col] = epilogue<float>(EPI, job, r, col, sum[mi][ni][c] * job.wscale);
+            for (int h = 0; h < 2; h++) {
+                const int r = row0 + wm + mi * 16 + g + 8 * h, col = col0 + wn + ni * 8 + 2 * q;
+                op[mi][ni][h] = make_float2(0.f, 0.f);
+                if (EPI == EPI_DERIV && r < job.m && col < job.n) op[mi][ni][h] = __ldg((const float2*)(job.aux + (size_t)r * job.ldaux + col));
+                if ((EPI == EPI_BIAS || EPI == EPI_BIAS_CELU) && mi == 0 && h == 0 && col < job.n) op[0][ni][0] = __ldg((const float2*)(job.bias + col));
+            }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = row0 + wm + mi * 16 + g + 8 * h, col = col0 + wn + ni * 8 + 2 * q;
+                const float2 o = EPI == EPI_DERIV ? op[mi][ni][h] : op[0][ni][0];
+                const float2 v = make_float2(epilogue_with(EPI, sum[mi][ni][2 * h] * job.wscale, o.x),
+                                             epilogue_with(EPI, sum[mi][ni][2 * h + 1] * job.wscale, o.y));
+                if (r < job.m && col < job.n) *(float2*)(job.C + (size_t)r * job.ldc + col) = v;
             }
 }

@@ -88,7 +88,8 @@ typedef enum nnp_gemm_kernel {
 /* One GEMM launch (a layer's jobs, forward or backward), as the plan decides it. */
 typedef struct nnp_gemm_shape {
     int jobs, max_m, max_k, max_mn;
-    int aligned;  /* every A and B 16-byte aligned, leading dimensions, k and n multiples of 4 */
+    int aligned;  /* every A and B 16-byte aligned, leading dimensions, k and n multiples of 4; C, aux
+                     and bias 8-byte aligned, C's and aux's leading dimensions even */
     int is_float;
 } nnp_gemm_shape;
 typedef struct nnp_gemm_choice {
