@@ -63,9 +63,12 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
         configure_kernel(k_gemm_big_tc<true, EPI_BIAS_CELU>, 256, TC_SMEM(true));
         configure_kernel(k_gemm_big_tc<false, EPI_DERIV>, 256, TC_SMEM(false));
         configure_kernel(k_gemm_big_tc<false, EPI_NONE>, 256, TC_SMEM(false));
-        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_DERIV>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_NONE>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, false>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_DERIV, false>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_NONE, false>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, true>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_DERIV, true>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_NONE, true>, 256, TH_SMEM);
     }
 }
 
@@ -490,7 +493,6 @@ template <typename real> static nnp_status make_output_jobs(Build<real>& b) {
     const int L = s->n_hidden - 1;
     real* W = (real*)s->weights;
     s->n_out_jobs = 0;
-    s->max_rows = 0;
     for (int e = 0; e < b.E; e++) {
         int r = s->rows.elem_rows[e];
         if (r == 0) continue;
@@ -499,7 +501,6 @@ template <typename real> static nnp_status make_output_jobs(Build<real>& b) {
                              (real*)s->D[L] + b.y_offset[L][e], 0, b.M * WL, WL, r, 0};
         o.row0 = s->rows.elem_row0[e];
         b.ojobs[s->n_out_jobs++] = o;
-        s->max_rows = max(s->max_rows, r);
     }
     ALLOC(s->out_jobs, sizeof(OutputJob<real>) * (s->n_out_jobs + 1));
     s->fuse_output = s->tuning.fuse_output && L >= 1 && s->fwd[L].kernel == NNP_GEMM_MMA && s->fwd[L].ksplit == 1;

@@ -4,12 +4,23 @@
  * AEV backward), and the plain forces' conversion (k_fixed_to_xyz).
  */
 #define OUTPUT_WARPS 8
-/* One row of an output job (every thread of the block; one warp per member, in turn). */
+/*
+ * The output layer: one block per network row (the rows of all elements in order, output job j
+ * holding rows row0 .. row0 + rows - 1), one warp per member: the lanes' strided partial sums of
+ * w·y and a shuffle tree, e = Σ_m scale·(w_m·y_m + b_m) added in member order; with forces the first
+ * backward step delta[row, m, :] = scale · w_m ⊙ celu'(y_m).
+ */
 template <typename real>
-__device__ __forceinline__ void output_row(const OutputJob<real>& job, int row, int members, const int* __restrict__ all_row_atom,
-                                           double scale, double* __restrict__ atom_energy, int with_forces) {
+__global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<real>* __restrict__ jobs, int n_jobs, int members,
+                                                              const int* __restrict__ all_row_atom, double scale,
+                                                              double* __restrict__ atom_energy, int with_forces) {
     __shared__ double s_e[NNP_MAX_MEMBERS];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32, width = job.width;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32, global_row = blockIdx.x;
+    pdl_start();
+    int j = 0;
+    while (j + 1 < n_jobs && jobs[j + 1].row0 <= global_row) j++;
+    const OutputJob<real> job = jobs[j];
+    const int row = global_row - job.row0, width = job.width;
     const real* y = job.Y + (size_t)row * job.ldy;
     for (int m = warp; m < members; m += nwarps) {
         const real* w = job.w_out + m * width;
@@ -25,17 +36,8 @@ __device__ __forceinline__ void output_row(const OutputJob<real>& job, int row, 
     if (threadIdx.x == 0) {
         double e = 0;
         for (int m = 0; m < members; m++) e += s_e[m];
-        atom_energy[all_row_atom[job.row0 + row]] = e;
+        atom_energy[all_row_atom[global_row]] = e;
     }
-}
-template <typename real>
-__global__ void __launch_bounds__(32 * OUTPUT_WARPS) k_output(const OutputJob<real>* __restrict__ jobs, int members, const int* __restrict__ all_row_atom,
-                                                              double scale, double* __restrict__ atom_energy, int with_forces) {
-    const OutputJob<real> job = jobs[blockIdx.y];
-    pdl_start();
-    const int row = blockIdx.x;
-    if (row >= job.rows) return;
-    output_row<real>(job, row, members, all_row_atom, scale, atom_energy, with_forces);
 }
 
 /*

@@ -344,12 +344,16 @@ __device__ __forceinline__ void cp_async16u(uint4* dst, const uint4* src, bool v
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
-template <int EPI>
-__global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __restrict__ jobs) {
-    const GemmJob<float> job = jobs[blockIdx.z];
+template <int EPI, bool SPLIT>
+__global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __restrict__ jobs, int ksplit_arg, int* __restrict__ counters) {
+    const int ksplit = SPLIT ? ksplit_arg : 1; /* SPLIT: middle row counts, split over k (ksplit_arg > 1) */
+    const GemmJob<float> job = jobs[blockIdx.z / ksplit];
     pdl_start();
     const int row0 = blockIdx.y * TH_BM, col0 = blockIdx.x * TH_BN;
     if (row0 >= job.m || col0 >= job.n) return;
+    /* split-K part blockIdx.z mod ksplit: k in [kbegin, kend), whole stages but the last */
+    const int part = blockIdx.z % ksplit, kc = ((job.k + ksplit - 1) / ksplit + TH_BK - 1) / TH_BK * TH_BK;
+    const int kbegin = min(job.k, part * kc), kend = min(job.k, kbegin + kc);
     extern __shared__ uint4 th_smem[];
     uint4* const As = th_smem;                               /* [2][8 tiles][2 steps][hi, lo][32 lanes] */
     uint4* const Bs = th_smem + 2 * TH_STAGE_A;              /* [2][2 steps][64 columns][4 lanes] */
@@ -365,8 +369,8 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
         for (int s = 0; s < 2; s++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int r = ar + 8 * h, k = kt * TH_BK + 16 * s + 4 * q;
-                x[s][h] = r < job.m && k < job.k ? __ldcg((const float4*)(job.A + (size_t)r * job.lda + k)) : make_float4(0.f, 0.f, 0.f, 0.f);
+                const int r = ar + 8 * h, k = kbegin + kt * TH_BK + 16 * s + 4 * q;
+                x[s][h] = r < job.m && k < kend ? __ldcg((const float4*)(job.A + (size_t)r * job.lda + k)) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
     };
     auto store_a = [&](int buf) {
@@ -392,11 +396,12 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
             at[0] = hi, at[32] = lo;
         }
     };
-    /* the weights' fragments of stage kt: 512 uint4, 2 per thread (step i, column e / 4, lane e mod 4) */
+    /* the weights' fragments of stage kt: 512 uint4, 2 per thread (step i, column e / 4, lane e mod 4);
+       past kend they meet zeros of A */
     auto load_b = [&](int buf, int kt) {
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            const int e = t, n = e / 4, kq = kt * (TH_BK / 4) + 4 * i + e % 4;
+            const int e = t, n = e / 4, kq = kbegin / 4 + kt * (TH_BK / 4) + 4 * i + e % 4;
             const bool ok = col0 + n < job.n && kq < job.ldq;
             cp_async16u(Bs + (buf * 2 + i) * (TH_BN * 4) + e, ok ? job.B16 + (size_t)(col0 + n) * job.ldq + kq : job.B16, ok);
         }
@@ -408,12 +413,14 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
             for (int c = 0; c < 4; c++) sum[mi][ni][c] = 0.f;
-    const int nk = (job.k + TH_BK - 1) / TH_BK;
-    fetch_a(0);
-    load_b(0, 0);
-    cp_async_commit();
-    store_a(0);
-    cp_async_wait_all();
+    const int nk = (kend - kbegin + TH_BK - 1) / TH_BK;
+    if (nk > 0) {
+        fetch_a(0);
+        load_b(0, 0);
+        cp_async_commit();
+        store_a(0);
+        cp_async_wait_all();
+    }
     __syncthreads();
     for (int kt = 0; kt < nk; kt++) {
         const int buf = kt & 1;
@@ -467,7 +474,25 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
         __syncthreads(); /* stage kt + 1 is in place, and every read of stage kt is done */
     }
     /* C fragment: rows g and g + 8, columns 2q and 2q + 1 of each 16×8 (n is a multiple of 4: both
-       or neither in range), the weights' scale undone. The epilogue's operands are all requested
+       or neither in range), the weights' scale undone. Split over k: the part's sums into the
+       workspace, added in part order by the tile's last block (splitk_fixup). */
+    if (SPLIT) {
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = row0 + wm + mi * 16 + g + 8 * h, col = col0 + wn + ni * 8 + 2 * q;
+                    if (r < job.m && col < job.n)
+                        *(float2*)(job.partial + ((size_t)part * job.m + r) * job.n + col) =
+                            make_float2(sum[mi][ni][2 * h] * job.wscale, sum[mi][ni][2 * h + 1] * job.wscale);
+                }
+        splitk_fixup<float, EPI>(job, ksplit, row0, TH_BM, col0, TH_BN,
+                                 counters + ((size_t)(blockIdx.z / ksplit) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
+        return;
+    }
+    /* The epilogue's operands are all requested
        before the first store (see epilogue_with); C, aux and bias allow 8-byte accesses (the plan). */
     float2 op[2][4][2]; /* [mi][ni][row g, g + 8] */
 #pragma unroll

@@ -55,7 +55,8 @@ static void gemm(const GemmJob<real>* all_jobs, const GemmLaunch& g, cudaStream_
                      stream, jobs); /* 128×64 tiles */
             return;
         } else if (g.kernel == NNP_GEMM_BIG_H) {
-            launch_k(pdl, k_gemm_big_h<EPI>, dim3(g.grid.x, (g.grid.y + 1) / 2, g.grid.z), dim3(256), TH_SMEM, stream, jobs);
+            launch_k(pdl, g.ksplit > 1 ? k_gemm_big_h<EPI, true> : k_gemm_big_h<EPI, false>, dim3(g.grid.x, (g.grid.y + 1) / 2, g.grid.z),
+                     dim3(256), TH_SMEM, stream, jobs, g.ksplit, g.counters);
             return;
         }
     if (g.kernel == NNP_GEMM_SPLIT_K) {
@@ -130,8 +131,8 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         }
         MARK();
         if (!fuse_output)
-            launch_k(pdl, k_output<real>, dim3(s->max_rows, s->n_out_jobs), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream,
-                     (const OutputJob<real>*)s->out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
+            launch_k(pdl, k_output<real>, dim3(n), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream, (const OutputJob<real>*)s->out_jobs,
+                     s->n_out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
         MARK();
         if (with_forces) {
             for (int h = s->n_hidden - 1; h >= 1; h--) gemm<real, false, EPI_DERIV>(jobs, s->bwd[h], stream, pdl);

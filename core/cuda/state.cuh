@@ -61,7 +61,7 @@ struct nnp_cuda_state {
     int width[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS]; /* layer widths per element */
     /* launches */
     GemmLaunch fwd[NNP_MAX_LAYERS], bwd[NNP_MAX_LAYERS];
-    int n_out_jobs, max_rows; /* output layer: one job per element present; most rows of one */
+    int n_out_jobs; /* output layer: one job per element present */
     int fuse_output;          /* the output layer inside the last hidden layer's forward (OutFuse) */
     int bwd_defer;            /* the last backward GEMM's split-K parts added by the AEV backward (DeferredSum) */
     int pdl;                  /* programmatic dependent launches */

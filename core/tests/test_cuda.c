@@ -581,6 +581,23 @@ int main(void) {
         free(two.z), free(two.batch), free(two.pos);
     }
     {
+        /* Ten molecules (114 H, 61 C, 20 N, 25 O rows: middle row counts, one 128-row tile, not
+           full): k_gemm_big_h split over k (the first layer's 1,008 k in 4 parts, its backward's
+           2,048 in 8; with split_k_tensor = 96, 11 parts of 96 k and a last one of 48); the SIMT
+           split-K kernel (big_tensor_cores = 0); double. */
+        system_t mid = make_large_system(10);
+        compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        compare_with_cpu(model, &mid, 1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        tuning.split_k_tensor = 96;
+        compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        nnp_cuda_tuning_defaults(&tuning);
+        tuning.big_tensor_cores = 0;
+        compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        nnp_cuda_tuning_defaults(&tuning);
+        compare_with_cpu(model, &mid, -1, NNP_PRECISION_DOUBLE, DOUBLE_ENERGY, DOUBLE_FORCES);
+        free(mid.z), free(mid.batch), free(mid.pos);
+    }
+    {
         system_t large = make_large_system(40); /* >256 atoms of H and of C: the many-row GEMM kernel */
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         compare_with_cpu(model, &large, 1, NNP_PRECISION_DOUBLE, DOUBLE_ENERGY, DOUBLE_FORCES);

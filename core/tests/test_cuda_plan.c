@@ -268,8 +268,20 @@ static void test_gemm_choice(void) {
     CHECK(c.kernel == NNP_GEMM_FEW_ROWS && c.ksplit == 8);
     c = choose(&t, 4, 32, 2048, 384, 1, 0); /* double: the split-K SIMT kernel, 32 k per part, at most 64 */
     CHECK(c.kernel == NNP_GEMM_SPLIT_K && c.ksplit == 64);
+    /* Middle row counts in float32: the tensor-core kernel, 256 k per part */
+    c = choose(&t, 4, 100, 1008, 2048, 1, 1);
+    CHECK(c.kernel == NNP_GEMM_BIG_H && c.ksplit == 4);
+    c = choose(&t, 4, 256, 256, 192, 1, 1);
+    CHECK(c.kernel == NNP_GEMM_BIG_H && c.ksplit == 1);
+    c = choose(&t, 4, 100, 384, 2048, 0, 1); /* unaligned: the SIMT split-K kernel */
+    CHECK(c.kernel == NNP_GEMM_SPLIT_K && c.ksplit == 12);
+    t.big_tensor_cores = 1; /* 3xTF32 serves many rows only */
     c = choose(&t, 4, 100, 384, 2048, 1, 1);
     CHECK(c.kernel == NNP_GEMM_SPLIT_K && c.ksplit == 12);
+    t.big_tensor_cores = 0;
+    c = choose(&t, 4, 100, 384, 2048, 1, 1);
+    CHECK(c.kernel == NNP_GEMM_SPLIT_K && c.ksplit == 12);
+    nnp_cuda_tuning_defaults(&t);
     c = choose(&t, 4, 100, 20, 2048, 1, 0); /* k below one part: no split, so the many-rows kernel */
     CHECK(c.kernel == NNP_GEMM_BIG && c.ksplit == 1);
     c = choose(&t, 4, 257, 384, 2048, 1, 1);
@@ -293,11 +305,16 @@ static void test_gemm_choice(void) {
     CHECK(c.ksplit >= 1 && (size_t)c.ksplit * 256 * 2048 * 32 <= ((size_t)1 << 24));
     CHECK(c.ksplit == 1 || (size_t)(2 * c.ksplit) * 256 * 2048 * 32 > ((size_t)1 << 24));
     t.split_max = 3;
-    c = choose(&t, 1, 100, 384, 64, 1, 1);
+    c = choose(&t, 1, 100, 384, 64, 0, 1);
     CHECK(c.ksplit == 3);
-    t.split_k = 1; /* below one k-step: parts stay multiples of NNP_CUDA_GEMM_K */
+    t.split_k_tensor = 64;
+    c = choose(&t, 1, 100, 384, 64, 1, 1);
+    CHECK(c.kernel == NNP_GEMM_BIG_H && c.ksplit == 3);
     t.split_max = 1000;
     c = choose(&t, 1, 100, 384, 64, 1, 1);
+    CHECK(c.kernel == NNP_GEMM_BIG_H && c.ksplit == 6);
+    t.split_k = 1; /* below one k-step: parts stay multiples of NNP_CUDA_GEMM_K */
+    c = choose(&t, 1, 100, 384, 64, 0, 1);
     CHECK(c.ksplit == 384 / NNP_CUDA_GEMM_K);
 }
 
