@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-integrators|integrators|show|bench|bench-integrators|profile|kernels|stalls|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-large|sanitize-integrators|integrators|show|bench|bench-integrators|cublas|profile|kernels|stalls|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -69,6 +69,17 @@ PY
     # (NNP_TEST_QUICK=large; no cluster kernel runs there, see sanitize-integrators).
     NNP_TEST_QUICK=large timeout 300 compute-sanitizer --tool racecheck --kernel-name kns=k_gemm_big --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-racecheck-big.log" 2>&1
     echo "compute-sanitizer racecheck (k_gemm_big*) on test_cuda (large system): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-big.log" | tail -n 1))" ;;
+  sanitize-large)
+    # The tensor-core GEMMs (many and middle row counts) alone, when device time is short: memcheck of
+    # every kernel and racecheck of k_gemm_big* on the 40- and 10-molecule systems (NNP_TEST_QUICK=large).
+    NNP_TEST_QUICK=large timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-memcheck-large.log" 2>&1
+    echo "compute-sanitizer memcheck on test_cuda (large systems): exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-memcheck-large.log" | tail -n 1))"
+    NNP_TEST_QUICK=large timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --kernel-name kns=k_gemm_big --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-racecheck-big.log" 2>&1
+    echo "compute-sanitizer racecheck (k_gemm_big*) on test_cuda (large systems): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-big.log" | tail -n 1))" ;;
+  cublas)
+    # cuBLAS on the 837-molecule GEMM shapes (bench/gemm_cublas.cu), for docs/benchmarks.md.
+    "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -O3 -arch=sm_90 "$root/bench/gemm_cublas.cu" -lcublas -o "$root/build-gpu/gemm_cublas" > "$out/cublas-build.log" 2>&1 \
+      && timeout 120 "$root/build-gpu/gemm_cublas" 2>&1 | tee "$out/cublas.txt" || echo "cublas: failed ($(tail -n 3 "$out/cublas-build.log"))" ;;
   sanitize-integrators)
     # The integrators' test (graphs of OpenMM's kernels and ours), without statistics and drift:
     # memcheck on everything, racecheck (shared-memory hazards) on libnnp's kernels (names k_*; the

@@ -502,7 +502,7 @@ int main(void) {
     nnp_model* model = load_model_or_die("models/ani-model-zoo/ani-2x_8x.info");
     system_t s = make_system();
     const char* quick = getenv("NNP_TEST_QUICK");
-    if (quick != NULL && strcmp(quick, "large") == 0) { /* for racecheck of the many-rows GEMMs: one large system */
+    if (quick != NULL && strcmp(quick, "large") == 0) { /* for racecheck of the tensor-core GEMMs: one large system, ten molecules */
         system_t large = make_large_system(40);
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         tuning.big_tensor_cores = 1;
@@ -512,6 +512,10 @@ int main(void) {
         tuning.big_vectorized = 0;
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         free(large.z), free(large.batch), free(large.pos);
+        nnp_cuda_tuning_defaults(&tuning);
+        system_t mid = make_large_system(10); /* middle row counts: k_gemm_big_h split over k */
+        compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        free(mid.z), free(mid.batch), free(mid.pos);
         free(s.z), free(s.batch), free(s.pos);
         nnp_model_free(model);
         return test_finish("test_cuda (large)");
