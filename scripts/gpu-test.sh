@@ -58,7 +58,7 @@ PY
       echo "precision $p:"; NNP_GRAPH_PRECISION=$p "$root/build-gpu/platforms/cuda/TestCudaNNPGraph" 2>&1 | grep -E "moved|eager steps|exception|atom 0: start"
     done ;;
   test)
-    ctest --test-dir "$root/build-gpu" --output-on-failure -j 4 2>&1 | tee "$out/ctest.log" | grep -vE "^  ok:" | tail -n 60 ;;
+    timeout "${TEST_TIMEOUT:-1800}" ctest --test-dir "$root/build-gpu" --output-on-failure -j 4 2>&1 | tee "$out/ctest.log" | grep -vE "^  ok:" | tail -n 60 ;;
   sanitize)
     for tool in memcheck racecheck; do
       quick=""; [ "$tool" = racecheck ] && quick=1   # racecheck is slow: one comparison, not the whole test
@@ -171,7 +171,7 @@ PY
     # Per-kernel GPU times (Nsight Compute, gpu__time_duration) of bench_nnp at each of BENCH_SIZES
     # (default 1): KERNEL_COUNT launches after KERNEL_SKIP, averaged by kernel name.
     for n in ${BENCH_SIZES:-1}; do
-      OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum \
+      OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout "${KERNEL_TIMEOUT:-300}" ncu --clock-control none --metrics gpu__time_duration.sum \
         --launch-skip "${KERNEL_SKIP:-300}" --launch-count "${KERNEL_COUNT:-100}" --csv \
         "$root/build-gpu/bench/bench_nnp" "$d/shared" "$n" > "$out/kernels-$n.csv" 2> "$out/kernels-$n.err"
       echo "ncu kernels, $n molecule(s): exit $?"
