@@ -476,7 +476,7 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
     /* C fragment: rows g and g + 8, columns 2q and 2q + 1 of each 16×8 (n is a multiple of 4: both
        or neither in range), the weights' scale undone. Split over k: the part's sums into the
        workspace, added in part order by the tile's last block (splitk_fixup). */
-    if (SPLIT) {
+    if constexpr (SPLIT) {
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -490,32 +490,32 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
                 }
         splitk_fixup<float, EPI>(job, ksplit, row0, TH_BM, col0, TH_BN,
                                  counters + ((size_t)(blockIdx.z / ksplit) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
-        return;
+    } else {
+        /* The epilogue's operands are all requested before the first store (see epilogue_with); C,
+           aux and bias allow 8-byte accesses (the plan). */
+        float2 op[2][4][2]; /* [mi][ni][row g, g + 8] */
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = row0 + wm + mi * 16 + g + 8 * h, col = col0 + wn + ni * 8 + 2 * q;
+                    op[mi][ni][h] = make_float2(0.f, 0.f);
+                    if (EPI == EPI_DERIV && r < job.m && col < job.n) op[mi][ni][h] = __ldg((const float2*)(job.aux + (size_t)r * job.ldaux + col));
+                    if ((EPI == EPI_BIAS || EPI == EPI_BIAS_CELU) && mi == 0 && h == 0 && col < job.n) op[0][ni][0] = __ldg((const float2*)(job.bias + col));
+                }
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = row0 + wm + mi * 16 + g + 8 * h, col = col0 + wn + ni * 8 + 2 * q;
+                    const float2 o = EPI == EPI_DERIV ? op[mi][ni][h] : op[0][ni][0];
+                    const float2 v = make_float2(epilogue_with(EPI, sum[mi][ni][2 * h] * job.wscale, o.x),
+                                                 epilogue_with(EPI, sum[mi][ni][2 * h + 1] * job.wscale, o.y));
+                    if (r < job.m && col < job.n) *(float2*)(job.C + (size_t)r * job.ldc + col) = v;
+                }
     }
-    /* The epilogue's operands are all requested
-       before the first store (see epilogue_with); C, aux and bias allow 8-byte accesses (the plan). */
-    float2 op[2][4][2]; /* [mi][ni][row g, g + 8] */
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = row0 + wm + mi * 16 + g + 8 * h, col = col0 + wn + ni * 8 + 2 * q;
-                op[mi][ni][h] = make_float2(0.f, 0.f);
-                if (EPI == EPI_DERIV && r < job.m && col < job.n) op[mi][ni][h] = __ldg((const float2*)(job.aux + (size_t)r * job.ldaux + col));
-                if ((EPI == EPI_BIAS || EPI == EPI_BIAS_CELU) && mi == 0 && h == 0 && col < job.n) op[0][ni][0] = __ldg((const float2*)(job.bias + col));
-            }
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = row0 + wm + mi * 16 + g + 8 * h, col = col0 + wn + ni * 8 + 2 * q;
-                const float2 o = EPI == EPI_DERIV ? op[mi][ni][h] : op[0][ni][0];
-                const float2 v = make_float2(epilogue_with(EPI, sum[mi][ni][2 * h] * job.wscale, o.x),
-                                             epilogue_with(EPI, sum[mi][ni][2 * h + 1] * job.wscale, o.y));
-                if (r < job.m && col < job.n) *(float2*)(job.C + (size_t)r * job.ldc + col) = v;
-            }
 }
