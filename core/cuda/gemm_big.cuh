@@ -196,9 +196,18 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 /* 16 bytes from global to shared memory, asynchronously; zeros where !valid (src is then not read). */
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+/* A warp's 32×32 results of the tensor-core kernels: 2×4 mma fragments of 4. */
+__device__ __forceinline__ void zero_fragments(float (&f)[2][4][4]) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) f[mi][ni][c] = 0.f;
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
@@ -241,12 +250,7 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_tc(const GemmJob<float>* __
         }
     };
     float sum[2][4][4]; /* the result so far, rounded to nearest after each k-stage */
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) sum[mi][ni][c] = 0.f;
+    zero_fragments(sum);
     const int nk = (job.k + TC_BK - 1) / TC_BK;
     load_stage(0, 0);
     cp_async_commit();
@@ -258,12 +262,7 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_tc(const GemmJob<float>* __
         const float* as = As + (kt & 1) * TC_STAGE_A;
         const float* bs = Bs + (kt & 1) * TC_STAGE_B(TRANS_B);
         float acc[2][4][4];
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.f;
+        zero_fragments(acc);
 #pragma unroll 1
         for (int kk = 0; kk < TC_BK; kk += 8) {
             unsigned bh[4][2], bl[4][2]; /* B fragments: (k = q, q + 4; n = g) of each 8 columns */
@@ -338,10 +337,6 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_tc(const GemmJob<float>* __
 #define TH_STAGE_B (2 * TH_BN * 4)           /* uint4: 16-k steps × columns × lanes of a column */
 /* Dynamic shared memory of k_gemm_big_h: two stages of A, of B and of A's row scales. */
 #define TH_SMEM (2 * (TH_STAGE_A + TH_STAGE_B) * sizeof(uint4) + 2 * TH_BM * sizeof(float))
-__device__ __forceinline__ void cp_async16u(uint4* dst, const uint4* src, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 template <int EPI, bool SPLIT>
@@ -403,16 +398,11 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
         for (int i = 0; i < 2; i++) {
             const int e = t, n = e / 4, kq = kbegin / 4 + kt * (TH_BK / 4) + 4 * i + e % 4;
             const bool ok = col0 + n < job.n && kq < job.ldq;
-            cp_async16u(Bs + (buf * 2 + i) * (TH_BN * 4) + e, ok ? job.B16 + (size_t)(col0 + n) * job.ldq + kq : job.B16, ok);
+            cp_async16(Bs + (buf * 2 + i) * (TH_BN * 4) + e, ok ? job.B16 + (size_t)(col0 + n) * job.ldq + kq : job.B16, ok);
         }
     };
     float sum[2][4][4]; /* the result so far, rounded to nearest after each k-stage */
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) sum[mi][ni][c] = 0.f;
+    zero_fragments(sum);
     const int nk = (kend - kbegin + TH_BK - 1) / TH_BK;
     if (nk > 0) {
         fetch_a(0);
@@ -431,12 +421,7 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
             cp_async_commit();
         }
         float acc[2][4][4];
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.f;
+        zero_fragments(acc);
 #pragma unroll
         for (int s = 0; s < 2; s++) {
             uint4 b[4], ah[2], al[2]; /* B: (hi k 4q..4q+1, hi 4q+2..4q+3, lo, lo) of column wn + 8·ni + g */
