@@ -269,10 +269,23 @@ template <typename real> __device__ __forceinline__ real angular_f2(const Angula
     const real x = g.avg - shfA;
     return dexp(-etaA * x * x);
 }
-/* The term, with fc2 = 2 · fc(d_j) · fc(d_k) */
+/* The term from f1 = base^ζ, f2 and fc2 = 2 · fc(d_j) · fc(d_k) */
+template <typename real> __device__ __forceinline__ real angular_term_of(real f1, real f2, real fc2) { return f1 * f2 * fc2; }
 template <typename real> __device__ __forceinline__ real angular_term(real base, real zeta, real f2, real fc2) {
-    return dpow(base, zeta) * f2 * fc2;
+    return angular_term_of(dpow(base, zeta), f2, fc2);
 }
+/* Where one pair's factors sit in k_aev's shared table (a row of `stride` reals per pair, see
+   NNP_CUDA_PAIR_STRIDE): f1 of (Zeta z, ShfZ sz), f2 of (EtaA ea, ShfA sa), fc2, the stored column. */
+struct PairFactors {
+    int n1, fc2, col, stride;
+    template <typename real> __device__ __forceinline__ static PairFactors of(const AevParams<real>& P) {
+        PairFactors p;
+        p.n1 = P.nZeta * P.nShfZ, p.fc2 = p.n1 + P.nEtaA * P.nShfA, p.col = p.fc2 + 1, p.stride = NNP_CUDA_PAIR_STRIDE(p.fc2);
+        return p;
+    }
+    template <typename real> __device__ __forceinline__ int f1(int z, int sz, const AevParams<real>& P) const { return z * P.nShfZ + sz; }
+    template <typename real> __device__ __forceinline__ int f2(int ea, int sa, const AevParams<real>& P) const { return n1 + ea * P.nShfA + sa; }
+};
 /* For the derivative: f1 and ∂f1/∂θ; f2 and ∂f2/∂d_j (= ∂f2/∂d_k). */
 template <typename real>
 __device__ __forceinline__ void angular_f1_grad(real base, real zeta, real cosZ, real sinZ, const AngularPair<real>& g, real* f1, real* df1) {
@@ -323,6 +336,16 @@ struct PairWalk {
         return w;
     }
     __device__ __forceinline__ int q() const { return p + 1 + rem; }
+    /* pair e < na (na − 1) / 2 directly: row p is the last whose first pair p (2 na − p − 1) / 2 is at most e */
+    __device__ __forceinline__ static PairWalk of(int e, int na) {
+        const float b = (float)(2 * na - 1);
+        int p = (int)((b - sqrtf(fmaxf(b * b - 8.f * (float)e, 0.f))) * 0.5f);
+        p = max(0, min(p, na - 2));
+        while (p > 0 && p * (2 * na - p - 1) / 2 > e) p--;
+        while (p < na - 2 && (p + 1) * (2 * na - p - 2) / 2 <= e) p++;
+        PairWalk w = {p, e - p * (2 * na - p - 1) / 2, na};
+        return w;
+    }
 };
 
 /* Angular features of few atoms, each atom over gridDim.y blocks (slices; see aev_slices): slice s
@@ -430,29 +453,47 @@ __global__ void __launch_bounds__(AEV_MAX_THREADS) k_aev(const AevParams<real>* 
         return;
     }
     if (acc_stride > 0) {
-        /* Angular features, pair-parallel (acc_stride = element pairs × angular_sub, angular_sub <= 32):
-           warp w of W takes the pairs w, w + W, ... in order, lane t the term t, and adds each term to
-           the warp's own accumulator row in shared memory; the W rows are then added in warp order. The
-           pairs each warp sees and the order of every sum are fixed, so the result is the same on
-           every run. */
+        /* Angular features, pair-parallel (acc_stride = stored element pairs × angular_sub, angular_sub
+           <= 32), in chunks of blockDim.x pairs. First each thread takes one pair of the chunk and
+           stores its factors in shared memory (PairFactors): the nZeta·nShfZ powers f1, the nEtaA·nShfA
+           exponentials f2, fc2 and the pair's stored column, each computed once per pair instead of
+           once per term. Then warp w of W takes the chunk's pairs w, w + W, ... (the pairs w, w + W,
+           ... of the atom, in order), lane t the term t, and adds f1·f2·fc2 to the warp's own
+           accumulator row in shared memory; the W rows are added in warp order at the end. The pairs
+           each warp sees and the order of every sum are fixed, so the result is the same on every run. */
         real* s_acc = (real*)at.rest;
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+        const PairFactors pf = PairFactors::of(P);
+        real* s_pair = s_acc + nwarps * acc_stride;
         for (int k = threadIdx.x; k < nwarps * acc_stride; k += blockDim.x) s_acc[k] = 0;
-        __syncthreads();
         const bool active = lane < P.angular_sub;
         const int t = active ? lane : 0;
         const int sz = t % P.nShfZ, sa = (t / P.nShfZ) % P.nShfA, z = (t / (P.nShfZ * P.nShfA)) % P.nZeta,
                   ea = t / (P.nShfZ * P.nShfA * P.nZeta);
-        const real etaA = P.EtaA[ea], zeta = P.Zeta[z], shfA = P.ShfA[sa], cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz];
+        const int i1 = pf.f1(z, sz, P), i2 = pf.f2(ea, sa, P);
         real* mine = s_acc + warp * acc_stride - P.angular0; /* indexed by stored column */
-        PairWalk pw = PairWalk::at(warp, na);
-        for (int e = warp; e < n_pairs; e += nwarps, pw.advance(nwarps)) {
-            const int ja = s_ang[pw.p], ka = s_ang[pw.q()];
-            const AngularPair<real> g = angular_pair<real>(s_vec[ja], s_vec[ka]);
-            const real fc2 = (real)2 * s_cut[ja].z * s_cut[ka].z;
-            const int col = P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]];
-            if (active && col >= 0) /* stored by construction (see nnp_cuda_plan_aev_layout) */
-                mine[col + t] += angular_term(angular_base(g, cosZ, sinZ), zeta, angular_f2(g, etaA, shfA), fc2);
+        for (int c0 = 0; c0 < n_pairs; c0 += blockDim.x) {
+            __syncthreads(); /* the accumulators are cleared, and the previous chunk is read */
+            if (c0 + (int)threadIdx.x < n_pairs) {
+                const PairWalk pw = PairWalk::of(c0 + threadIdx.x, na);
+                const int ja = s_ang[pw.p], ka = s_ang[pw.q()];
+                const AngularPair<real> g = angular_pair<real>(s_vec[ja], s_vec[ka]);
+                real* f = s_pair + threadIdx.x * pf.stride;
+                for (int zz = 0; zz < P.nZeta; zz++)
+                    for (int s = 0; s < P.nShfZ; s++) f[pf.f1(zz, s, P)] = dpow(angular_base(g, P.cosShfZ[s], P.sinShfZ[s]), P.Zeta[zz]);
+                for (int e = 0; e < P.nEtaA; e++)
+                    for (int s = 0; s < P.nShfA; s++) f[pf.f2(e, s, P)] = angular_f2(g, P.EtaA[e], P.ShfA[s]);
+                f[pf.fc2] = (real)2 * s_cut[ja].z * s_cut[ka].z;
+                f[pf.col] = (real)P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]];
+            }
+            __syncthreads();
+            const int in_chunk = min((int)blockDim.x, n_pairs - c0);
+            for (int i = warp; i < in_chunk; i += nwarps) {
+                const real* f = s_pair + i * pf.stride;
+                const int col = (int)f[pf.col];
+                if (active && col >= 0) /* stored by construction (see nnp_cuda_plan_aev_layout) */
+                    mine[col + t] += angular_term_of(f[i1], f[i2], f[pf.fc2]);
+            }
         }
         __syncthreads();
         for (int f = threadIdx.x; f < acc_stride; f += blockDim.x) {

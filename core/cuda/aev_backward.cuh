@@ -176,17 +176,27 @@ __global__ void __launch_bounds__(AEV_THREADS) k_aev_backward(const AevParams<re
             const real fj = s_cut[ja].z, fk = s_cut[ka].z, dfj = s_cut[ja].w, dfk = s_cut[ka].w;
             const real* ga = g + P.angular_at[P.pair_index[s_el[ja] * NNP_MAX_ELEMENTS + s_el[ka]]];
             AngularGrad<real> sum = {0, 0, 0};
-            int t = 0;
+            /* term t = ((ea · nZeta + z) · nShfA + sa) · nShfZ + sz; f1 and ∂f1/∂θ of each ShfZ once
+               per Zeta, not once per ShfA, BWD_SHFZ at a time (so the terms are added in t order
+               where nShfZ <= BWD_SHFZ, as for every ANI model). */
             for (int ea = 0; ea < P.nEtaA; ea++)
                 for (int z = 0; z < P.nZeta; z++)
-                    for (int sa = 0; sa < P.nShfA; sa++) {
-                        real f2, df2;
-                        angular_f2_grad(ap, P.EtaA[ea], P.ShfA[sa], &f2, &df2);
-                        for (int sz = 0; sz < P.nShfZ; sz++, t++) {
-                            const real cosZ = P.cosShfZ[sz], sinZ = P.sinShfZ[sz];
-                            real f1, df1;
-                            angular_f1_grad(angular_base(ap, cosZ, sinZ), P.Zeta[z], cosZ, sinZ, ap, &f1, &df1);
-                            angular_term_grad(ga[t], f1, df1, f2, df2, fj, fk, dfj, dfk, sum);
+                    for (int sz0 = 0; sz0 < P.nShfZ; sz0 += BWD_SHFZ) {
+                        real f1[BWD_SHFZ], df1[BWD_SHFZ];
+#pragma unroll
+                        for (int u = 0; u < BWD_SHFZ; u++) {
+                            f1[u] = df1[u] = 0;
+                            if (sz0 + u >= P.nShfZ) continue;
+                            const real cosZ = P.cosShfZ[sz0 + u], sinZ = P.sinShfZ[sz0 + u];
+                            angular_f1_grad(angular_base(ap, cosZ, sinZ), P.Zeta[z], cosZ, sinZ, ap, &f1[u], &df1[u]);
+                        }
+                        for (int sa = 0; sa < P.nShfA; sa++) {
+                            real f2, df2;
+                            angular_f2_grad(ap, P.EtaA[ea], P.ShfA[sa], &f2, &df2);
+                            const real* gt = ga + ((ea * P.nZeta + z) * P.nShfA + sa) * P.nShfZ;
+#pragma unroll
+                            for (int u = 0; u < BWD_SHFZ; u++)
+                                if (sz0 + u < P.nShfZ) angular_term_grad(gt[sz0 + u], f1[u], df1[u], f2, df2, fj, fk, dfj, dfk, sum);
                         }
                     }
             const real uu[3] = {u.x, u.y, u.z}, vv[3] = {v.x, v.y, v.z};

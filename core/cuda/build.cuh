@@ -380,8 +380,9 @@ template <typename real> static nnp_status plan_gemm_launches(Build<real>& b, co
 /* The AEV kernels' shapes (nnp_cuda_plan_aev_kernels) and whether launches are programmatic. */
 template <typename real> static void plan_aev_kernels(Build<real>& b, const nnp_cuda_device& dev) {
     nnp_cuda_state* s = b.s;
-    nnp_aev_kernel_input in = {s->n_atoms, s->capacity, s->aev_live, s->aev_angular0, b.m->angular_sub, b.m->aev.nShfZ, sizeof(real),
-                               sizeof(AevParams<real>) + 1024};
+    const nnp_aev_params& a = b.m->aev;
+    nnp_aev_kernel_input in = {s->n_atoms, s->capacity, s->aev_live, s->aev_angular0, b.m->angular_sub, a.nShfZ, sizeof(real),
+                               sizeof(AevParams<real>) + 1024, a.nZeta * a.nShfZ + a.nEtaA * a.nShfA};
     nnp_cuda_plan_aev_kernels(&s->tuning, &dev, &in, &s->aevk);
     s->pdl = dev.major >= 9 && s->tuning.pdl;
 }

@@ -7,6 +7,7 @@
 #define AEV_THREADS NNP_CUDA_AEV_THREADS         /* the AEV kernels' block size, */
 #define AEV_MAX_THREADS NNP_CUDA_AEV_MAX_THREADS /* and k_aev's for few atoms (more warps share each atom's pairs) */
 #define BWD_THREADS 128                          /* k_aev_backward's, one block per atom */
+#define BWD_SHFZ 8 /* k_aev_backward (one block per atom): the ShfZ terms whose f1 one thread holds at once */
 #define GEMM_TILE 64
 #define GEMM_K NNP_CUDA_GEMM_K
 #define NNP_MAX_PAIRS NNP_CUDA_MAX_PAIRS

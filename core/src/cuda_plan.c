@@ -200,17 +200,19 @@ static size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
 void nnp_cuda_plan_aev_kernels(const nnp_cuda_tuning* t, const nnp_cuda_device* dev, const nnp_aev_kernel_input* in,
                                nnp_aev_kernels* out) {
-    /* The pair-parallel angular path where its per-warp accumulators fit in shared memory, with 1024
-       threads per atom when there are fewer atoms than SMs (256 otherwise). */
+    /* The pair-parallel angular path where its per-warp accumulators and its table of pair factors
+       (one row per thread) fit in shared memory, with 1024 threads per atom when there are fewer
+       atoms than SMs (256 otherwise). */
     const int n = in->n_atoms, sms = dev->sms;
     const size_t optin = (size_t)dev->smem_optin, rs = in->real_size;
     const size_t base = nnp_cuda_aev_smem_base(in->capacity, rs);
     const int stride = in->stored_length - in->angular0; /* stored angular features */
     const int lanes = nnp_cuda_lanes_over_shfz(in->nShfZ, in->angular_sub);
     out->aev_threads = n < sms ? NNP_CUDA_AEV_MAX_THREADS : NNP_CUDA_AEV_THREADS;
-    size_t acc = (size_t)(out->aev_threads / 32) * stride * rs;
+    const size_t pair_row = (size_t)NNP_CUDA_PAIR_STRIDE(in->pair_factors) * rs;
+    size_t acc = (size_t)(out->aev_threads / 32) * stride * rs + (size_t)out->aev_threads * pair_row;
     if (base + acc + in->static_smem > optin && out->aev_threads > NNP_CUDA_AEV_THREADS)
-        out->aev_threads = NNP_CUDA_AEV_THREADS, acc = (size_t)(NNP_CUDA_AEV_THREADS / 32) * stride * rs;
+        out->aev_threads = NNP_CUDA_AEV_THREADS, acc = (size_t)(NNP_CUDA_AEV_THREADS / 32) * stride * rs + NNP_CUDA_AEV_THREADS * pair_row;
     out->aev_acc_stride = in->angular_sub <= 32 && base + acc + in->static_smem <= optin ? stride : 0;
     out->aev_shmem = base + (out->aev_acc_stride > 0 ? acc : 0);
     /* Few atoms: each atom's AEV over several blocks of NNP_CUDA_AEV_THREADS (k_aev, aev_angular_sliced):

@@ -121,7 +121,11 @@ typedef struct nnp_aev_kernel_input {
     int n_atoms, capacity, stored_length, angular0, angular_sub, nShfZ;
     size_t real_size;   /* 4 or 8 */
     size_t static_smem; /* the kernels' static shared memory (the AEV parameters) and a margin */
+    int pair_factors;   /* the angular terms' factors per pair: nZeta · nShfZ powers + nEtaA · nShfA exponentials */
 } nnp_aev_kernel_input;
+/* Reals per pair in k_aev's table of pair factors (the factors, fc2 and the stored column; odd, so
+   that the threads' rows fall in distinct banks). */
+#define NNP_CUDA_PAIR_STRIDE(factors) (((factors) + 2) | 1)
 void nnp_cuda_plan_aev_kernels(const nnp_cuda_tuning* tuning, const nnp_cuda_device* device, const nnp_aev_kernel_input* in,
                                nnp_aev_kernels* out);
 /* The AEV kernels' dynamic shared memory per neighbour slot: the vector and cutoff values (8 reals),

@@ -324,8 +324,8 @@ static void test_aev_kernels(void) {
     nnp_cuda_tuning_defaults(&t);
     nnp_aev_kernels k;
     /* One ANI-2x molecule of 22 atoms (384 stored features, 64 radial; 32 angular terms, nShfZ 4,
-       so 8 outer terms). */
-    nnp_aev_kernel_input in = {22, 21, 384, 64, 32, 4, 4, 4096};
+       so 8 outer terms; 4 powers and 8 exponentials per pair). */
+    nnp_aev_kernel_input in = {22, 21, 384, 64, 32, 4, 4, 4096, 12};
     nnp_cuda_plan_aev_kernels(&t, &h200, &in, &k);
     printf("22 atoms: k_aev %d threads × %d slices (%zu B), backward %d slices (%zu B)\n", k.aev_threads, k.aev_slices, k.aev_shmem,
            k.bwd_slices, k.bwd_shmem);
@@ -341,15 +341,18 @@ static void test_aev_kernels(void) {
     in.n_atoms = 37105;
     nnp_cuda_plan_aev_kernels(&t, &h200, &in, &k);
     CHECK(k.aev_threads == NNP_CUDA_AEV_THREADS && k.aev_slices == 1 && k.bwd_slices == 1 && k.aev_acc_stride == 384 - 64);
+    /* its shared memory: the neighbour tables, 8 warps' accumulator rows and 256 rows of pair factors (15 floats) */
+    CHECK(NNP_CUDA_PAIR_STRIDE(12) == 15 && NNP_CUDA_PAIR_STRIDE(11) == 13);
+    CHECK(k.aev_shmem == nnp_cuda_aev_smem_base(21, 4) + 8 * (384 - 64) * 4 + NNP_CUDA_AEV_THREADS * 15 * 4);
     /* Few atoms, but more than the SMs would share: 1,024 threads, no slices when the terms do not
        allow lanes over ShfZ (nShfZ 5). */
-    nnp_aev_kernel_input odd = {22, 21, 384, 64, 40, 5, 4, 4096};
+    nnp_aev_kernel_input odd = {22, 21, 384, 64, 40, 5, 4, 4096, 13};
     nnp_cuda_plan_aev_kernels(&t, &h200, &odd, &k);
     CHECK(k.aev_threads == NNP_CUDA_AEV_MAX_THREADS && k.aev_slices == 1 && k.bwd_slices == 1);
     CHECK(!nnp_cuda_lanes_over_shfz(5, 40) && nnp_cuda_lanes_over_shfz(8, 32) && nnp_cuda_lanes_over_shfz(4, 32) && !nnp_cuda_lanes_over_shfz(2, 32));
     /* Shared memory too small for the accumulators (capacity 512 in double, 48 KB): the general path. */
     const nnp_cuda_device small = {132, 48 * 1024, 8, 0};
-    nnp_aev_kernel_input wide = {600, 512, 1008, 112, 32, 8, 8, 4096};
+    nnp_aev_kernel_input wide = {600, 512, 1008, 112, 32, 8, 8, 4096, 12};
     nnp_cuda_plan_aev_kernels(&t, &small, &wide, &k);
     CHECK(k.aev_acc_stride == 0 && k.aev_shmem == nnp_cuda_aev_smem_base(512, 8));
     /* Forced slices (tuning). */
