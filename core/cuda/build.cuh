@@ -69,6 +69,8 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
         configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, true>, 256, TH_SMEM);
         configure_kernel(k_gemm_big_h<EPI_DERIV, true>, 256, TH_SMEM);
         configure_kernel(k_gemm_big_h<EPI_NONE, true>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_OUT, false>, 256, TH_SMEM);
+        configure_kernel(k_output_rows, 256, 0);
     }
 }
 
@@ -488,7 +490,8 @@ template <typename real> static nnp_status split_fp16_weights(Build<real>& b) {
 }
 
 /* Output layer jobs, one per element present, and whether the output layer runs inside the last
-   hidden layer's forward (where that runs on k_gemm_mma without split-K: one molecule). */
+   hidden layer's forward (where that runs without split-K on k_gemm_mma, one molecule, or on
+   k_gemm_big_h, many rows; tuning fuse_output). */
 template <typename real> static nnp_status make_output_jobs(Build<real>& b) {
     nnp_cuda_state* s = b.s;
     const int L = s->n_hidden - 1;
@@ -505,7 +508,12 @@ template <typename real> static nnp_status make_output_jobs(Build<real>& b) {
     }
     ALLOC(s->out_jobs, sizeof(OutputJob<real>) * (s->n_out_jobs + 1));
     s->fuse_output = s->tuning.fuse_output && L >= 1 && s->fwd[L].kernel == NNP_GEMM_MMA && s->fwd[L].ksplit == 1;
-    ALLOC(s->out_partial, sizeof(float) * (s->fuse_output ? (size_t)s->fwd[L].jobs * s->fwd[L].grid.x * 16 : 1));
+    s->fuse_output_big = s->tuning.fuse_output && L >= 1 && s->fwd[L].kernel == NNP_GEMM_BIG_H && s->fwd[L].ksplit == 1;
+    s->out_rows = 16;
+    if (s->fuse_output_big)
+        for (int e = 0; e < b.E; e++) s->out_rows = max(s->out_rows, s->rows.elem_rows[e]);
+    const size_t fused = s->fuse_output || s->fuse_output_big ? (size_t)s->fwd[L].jobs * s->fwd[L].grid.x * s->out_rows : 1;
+    ALLOC(s->out_partial, sizeof(float) * fused);
     return NNP_OK;
 }
 

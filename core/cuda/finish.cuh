@@ -67,7 +67,7 @@ struct Finish {
     const float* out_partial;
     const int* row_atom;
     double out_scale;
-    int n_out_jobs, members, out_tiles; /* out_tiles: the fused launch's gridDim.x */
+    int n_out_jobs, members, out_tiles, out_rows; /* the fused launch's gridDim.x, and partial's row stride (OutFuse::rows) */
 };
 #define FINISH_SMALL 256 /* up to this many atoms and fused output rows: finish_small */
 
@@ -81,11 +81,11 @@ __device__ __forceinline__ double fused_row_energy(const Finish& f, const Output
         for (int i = 0; i < 8; i++) {
             sum[i] = 0.f;
             if (m0 + i >= f.members) continue;
-            const float* p = f.out_partial + ((size_t)(job * f.members + m0 + i) * f.out_tiles) * 16 + row;
+            const float* p = f.out_partial + ((size_t)(job * f.members + m0 + i) * f.out_tiles) * f.out_rows + row;
 #pragma unroll
             for (int x = 0; x < 4; x++)
-                if (x < tiles) sum[i] += __ldcg(p + x * 16);
-            for (int x = 4; x < tiles; x++) sum[i] += __ldcg(p + x * 16);
+                if (x < tiles) sum[i] += __ldcg(p + (size_t)x * f.out_rows);
+            for (int x = 4; x < tiles; x++) sum[i] += __ldcg(p + (size_t)x * f.out_rows);
         }
         for (int i = 0; i < 8 && m0 + i < f.members; i++) e += f.out_scale * ((double)sum[i] + (double)o.b_out[m0 + i]);
     }
@@ -181,6 +181,18 @@ __device__ void finish_evaluation(const Finish& f) {
     }
     __syncthreads();
     finish_total(f, f.batch_energy);
+}
+
+/* Many atoms with the output layer fused into k_gemm_big_h: each atom's energy from the partial
+   sums, one thread per row (the same sums in the same order as finish_evaluation's). */
+__global__ void k_output_rows(const Finish f) {
+    pdl_start();
+    const int global_row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (global_row >= f.n_atoms) return;
+    int j = 0;
+    while (j + 1 < f.n_out_jobs && f.out_jobs[j + 1].row0 <= global_row) j++;
+    const OutputJob<float>& o = f.out_jobs[j];
+    f.atom_energy[f.row_atom[global_row]] = fused_row_energy(f, o, j, global_row - o.row0);
 }
 
 #define FINISH_THREADS 1024

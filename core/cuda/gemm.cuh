@@ -42,12 +42,21 @@ __host__ __device__ inline void fp16_split(float a, float b, unsigned& hi, unsig
     const __half2 l = __floats2half2_rn(a - f.x, b - f.y);
     memcpy(&hi, &h, sizeof hi), memcpy(&lo, &l, sizeof lo);
 }
-/* The power of two that brings magnitudes up to mx below 2^14 (1 for 0, NaN or infinity). */
+/* The power of two that brings magnitudes up to mx below 2^14 (1 for 0, NaN or infinity):
+   2^(14 − e) for mx < 2^e, e as small as possible, within float's normal range. For a normal mx of
+   biased exponent E, e = E − 126, so the scale's biased exponent is min(254, 267 − E), read off the
+   bits (frexpf and ldexpf cost the tensor-core kernels, which scale every row of every k-stage,
+   about 40 instructions a call). */
 __host__ __device__ inline float fp16_scale(float mx) {
     if (!(mx > 0.f) || isinf(mx)) return 1.f;
-    int e;
-    frexpf(mx, &e); /* mx < 2^e */
-    return ldexpf(1.f, min(127, max(-126, 14 - e)));
+    unsigned u;
+    memcpy(&u, &mx, sizeof u);
+    int e = (int)(u >> 23) - 126;
+    if (e == -126) frexpf(mx, &e); /* subnormal: mx < 2^e */
+    const unsigned r = (unsigned)(min(127, max(-126, 14 - e)) + 127) << 23;
+    float s;
+    memcpy(&s, &r, sizeof s);
+    return s;
 }
 template <typename real> __device__ __forceinline__ real epilogue(int epi, const GemmJob<real>& job, int gr, int gc, real v) {
     if (epi == EPI_BIAS || epi == EPI_BIAS_CELU) v += job.bias[gc];
@@ -190,10 +199,11 @@ template <typename real> struct OutputJob {
 
 /*
  * The output layer fused into the last hidden layer's forward (EPI_OUT; one molecule: k_gemm_mma
- * without split-K). Each block takes its tile's y = celu(acc + bias) (y itself is not stored:
- * nothing reads it): the first backward step delta = scale · w_out ⊙ celu'(y) (with forces), and the
- * tile's Σ_col w_out·y per row (lanes, then warps, in a fixed order) into partial[z][tile][16], z =
- * element·members + member. The end of the evaluation (finish_evaluation) adds, per row, the tiles in
+ * without split-K; many rows: k_gemm_big_h without split-K). Each block takes its tile's y =
+ * celu(acc + bias) (y itself is not stored: nothing reads it): the first backward step delta =
+ * scale · w_out ⊙ celu'(y) (with forces), and the tile's Σ_col w_out·y per row (lanes, then warps,
+ * in a fixed order) into partial[z][tile][rows], z = element·members + member, rows = 16 (k_gemm_mma)
+ * or the most rows of an element (k_gemm_big_h). The end of the evaluation (finish_evaluation) adds, per row, the tiles in
  * order and then the members in order with their biases, as k_output would: e = Σ_m scale·(Σ w·y + b_m).
  * The output weights and biases are requested before the wait for the earlier kernel.
  */
@@ -202,4 +212,5 @@ struct OutFuse {
     float* partial;
     float scale;
     int with_forces;
+    int rows; /* partial's row stride */
 };

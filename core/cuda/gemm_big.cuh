@@ -339,8 +339,66 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_tc(const GemmJob<float>* __
 #define TH_SMEM (2 * (TH_STAGE_A + TH_STAGE_B) * sizeof(uint4) + 2 * TH_BM * sizeof(float))
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
+/* EPI_OUT's end of a k_gemm_big_h tile (see OutFuse): the warp's results as in k_gemm_big_h, before
+   the weights' scale; red: 128 floats of shared memory no thread reads any more. Each row's sum is
+   formed over this thread's 8 columns, then the 4 lanes of the row, then the two warps of the same
+   rows, in that order. */
+__device__ __forceinline__ void big_output(const GemmJob<float>& job, int row0, int col0, int wm, int wn, const float (&sum)[2][4][4],
+                                           const OutFuse& fuse, float* red) {
+    const OutputJob<float> o = fuse.jobs[job.group];
+    const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    float2 bias[4], w[4];
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) { /* n is a multiple of 4: both columns or neither */
+        const int col = col0 + wn + ni * 8 + 2 * q;
+        bias[ni] = w[ni] = make_float2(0.f, 0.f);
+        if (col < job.n)
+            bias[ni] = __ldg((const float2*)(job.bias + col)), w[ni] = __ldg((const float2*)(o.w_out + job.member * o.width + col));
+    }
+    float e[2][2] = {{0.f, 0.f}, {0.f, 0.f}}; /* [mi][row g, g + 8] */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = row0 + wm + mi * 16 + g + 8 * h;
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                const int col = col0 + wn + ni * 8 + 2 * q;
+                if (r >= job.m || col >= job.n) continue;
+                const float y0 = celu(sum[mi][ni][2 * h] * job.wscale + bias[ni].x), y1 = celu(sum[mi][ni][2 * h + 1] * job.wscale + bias[ni].y);
+                e[mi][h] += w[ni].x * y0;
+                e[mi][h] += w[ni].y * y1;
+                if (fuse.with_forces)
+                    *(float2*)(o.delta + (size_t)r * o.ldy + job.member * o.width + col) =
+                        make_float2(fuse.scale * w[ni].x * celu_deriv_from_output(y0), fuse.scale * w[ni].y * celu_deriv_from_output(y1));
+            }
+        }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1)
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) e[mi][h] += __shfl_xor_sync(0xffffffffu, e[mi][h], off);
+    if (wn != 0 && q == 0)
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) red[wm + mi * 16 + g + 8 * h] = e[mi][h];
+    __syncthreads();
+    if (wn == 0 && q == 0)
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wm + mi * 16 + g + 8 * h;
+                if (row0 + r < job.m)
+                    fuse.partial[((size_t)blockIdx.z * gridDim.x + blockIdx.x) * fuse.rows + row0 + r] = e[mi][h] + red[r];
+            }
+}
+
 template <int EPI, bool SPLIT>
-__global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __restrict__ jobs, int ksplit_arg, int* __restrict__ counters) {
+__global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __restrict__ jobs, int ksplit_arg, int* __restrict__ counters,
+                                                       const OutFuse fuse) {
     const int ksplit = SPLIT ? ksplit_arg : 1; /* SPLIT: middle row counts, split over k (ksplit_arg > 1) */
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
     pdl_start();
@@ -475,6 +533,8 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
                 }
         splitk_fixup<float, EPI>(job, ksplit, row0, TH_BM, col0, TH_BN,
                                  counters + ((size_t)(blockIdx.z / ksplit) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
+    } else if constexpr (EPI == EPI_OUT) {
+        big_output(job, row0, col0, wm, wn, sum, fuse, (float*)th_smem);
     } else {
         /* The epilogue's operands are all requested before the first store (see epilogue_with); C,
            aux and bias allow 8-byte accesses (the plan). */

@@ -56,7 +56,7 @@ static void gemm(const GemmJob<real>* all_jobs, const GemmLaunch& g, cudaStream_
             return;
         } else if (g.kernel == NNP_GEMM_BIG_H) {
             launch_k(pdl, g.ksplit > 1 ? k_gemm_big_h<EPI, true> : k_gemm_big_h<EPI, false>, dim3(g.grid.x, (g.grid.y + 1) / 2, g.grid.z),
-                     dim3(256), TH_SMEM, stream, jobs, g.ksplit, g.counters);
+                     dim3(256), TH_SMEM, stream, jobs, g.ksplit, g.counters, OutFuse());
             return;
         }
     if (g.kernel == NNP_GEMM_SPLIT_K) {
@@ -94,7 +94,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
     fin.unit = eunit, fin.n_atoms = n, fin.n_batches = s->n_batches, fin.energy_is_double = io->energy_is_double;
     fin.out_jobs = (const OutputJob<float>*)s->out_jobs, fin.out_partial = NULL, fin.row_atom = s->row_atom;
     const double scale = 1.0 / M; /* the ensemble mean */
-    fin.out_scale = scale, fin.n_out_jobs = s->n_out_jobs, fin.members = M, fin.out_tiles = 0;
+    fin.out_scale = scale, fin.n_out_jobs = s->n_out_jobs, fin.members = M, fin.out_tiles = 0, fin.out_rows = 0;
     bool finish_fused = false;
     if (n > 0 && with_forces && io->forces_format != NNP_FORCES_FIXED_POINT)
         cudaMemsetAsync(s->fixed, 0, sizeof(unsigned long long) * 3 * n, stream);
@@ -115,22 +115,31 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                  dim3(K.aev_threads), K.aev_shmem, stream, P, s->capacity, in, (real*)s->aev, (int)A, K.aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
-        const bool fuse_output = s->fuse_output && !profile; /* stage timing keeps the output layer apart */
+        /* stage timing keeps the output layer apart */
+        const bool fuse_output = s->fuse_output && !profile, fuse_big = s->fuse_output_big && !profile;
         for (int h = 0; h < s->n_hidden; h++) {
             if constexpr (sizeof(real) == 4)
-                if (fuse_output && h == s->n_hidden - 1) { /* the last hidden layer's forward with the output layer (EPI_OUT) */
+                if ((fuse_output || fuse_big) && h == s->n_hidden - 1) { /* the last hidden layer's forward with the output layer (EPI_OUT) */
+                    const GemmLaunch& g = s->fwd[h];
                     OutFuse f;
                     f.jobs = (const OutputJob<float>*)s->out_jobs, f.partial = s->out_partial, f.scale = (float)scale;
-                    f.with_forces = with_forces;
-                    fin.out_partial = s->out_partial, fin.out_tiles = s->fwd[h].grid.x;
-                    launch_k(pdl, k_gemm_mma<true, EPI_OUT>, dim3(s->fwd[h].grid.x, 1, s->fwd[h].grid.z), dim3(256), 0, stream,
-                             jobs + s->fwd[h].job0, 1, s->fwd[h].counters, f);
+                    f.with_forces = with_forces, f.rows = s->out_rows;
+                    fin.out_partial = s->out_partial, fin.out_tiles = g.grid.x, fin.out_rows = s->out_rows;
+                    if (fuse_big)
+                        launch_k(pdl, k_gemm_big_h<EPI_OUT, false>, dim3(g.grid.x, (g.grid.y + 1) / 2, g.grid.z), dim3(256), TH_SMEM,
+                                 stream, jobs + g.job0, 1, g.counters, f);
+                    else
+                        launch_k(pdl, k_gemm_mma<true, EPI_OUT>, dim3(g.grid.x, 1, g.grid.z), dim3(256), 0, stream, jobs + g.job0, 1,
+                                 g.counters, f);
                     continue;
                 }
             gemm<real, true, EPI_BIAS_CELU>(jobs, s->fwd[h], stream, pdl);
         }
         MARK();
-        if (!fuse_output)
+        if (fuse_big) { /* the atoms' energies now, by a grid; the end of the evaluation reads them */
+            launch_k(pdl, k_output_rows, dim3((n + 255) / 256), dim3(256), 0, stream, fin);
+            fin.out_partial = NULL;
+        } else if (!fuse_output)
             launch_k(pdl, k_output<real>, dim3(n), dim3(32 * min(M, OUTPUT_WARPS)), 0, stream, (const OutputJob<real>*)s->out_jobs,
                      s->n_out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
         MARK();

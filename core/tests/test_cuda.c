@@ -173,8 +173,8 @@ static nnp_status eval_plain(nnp_plan* plan, cudaStream_t stream, double* d_pos,
 
 static int32_t last_classes; /* classes of the last comparison's CUDA layout */
 
-/* Energy alone (no forces: for one molecule the output layer then runs inside the last hidden
-   layer's forward, and the end of the evaluation is a kernel of its own), against the CPU. */
+/* Energy alone (no forces: the output layer's first backward step is not stored, and for one
+   molecule the end of the evaluation is a kernel of its own), against the CPU. */
 static void compare_energy_only(nnp_model* model, const system_t* s) {
     nnp_plan *cpu, *gpu;
     CHECK_OK(nnp_plan_create(model, &cpu));
@@ -605,6 +605,13 @@ int main(void) {
         system_t large = make_large_system(40); /* >256 atoms of H and of C: the many-row GEMM kernel */
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         compare_with_cpu(model, &large, 1, NNP_PRECISION_DOUBLE, DOUBLE_ENERGY, DOUBLE_FORCES);
+        /* The output layer inside the last hidden layer's k_gemm_big_h (the default, above, and without
+           forces) or in k_output of its own. */
+        compare_energy_only(model, &large);
+        tuning.fuse_output = 0;
+        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        compare_energy_only(model, &large);
+        nnp_cuda_tuning_defaults(&tuning);
         /* The many-rows GEMMs on the tensor cores in 3xTF32 (k_gemm_big_tc) instead of FP16 pairs
            (k_gemm_big_h); the SIMT kernels (k_gemm_big4); and k_gemm_big (scalar loads, one shared
            buffer) instead of k_gemm_big4: the same sums in the same order, so bit-identical. */
