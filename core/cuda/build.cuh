@@ -507,12 +507,11 @@ template <typename real> static nnp_status make_output_jobs(Build<real>& b) {
         b.ojobs[s->n_out_jobs++] = o;
     }
     ALLOC(s->out_jobs, sizeof(OutputJob<real>) * (s->n_out_jobs + 1));
-    s->fuse_output = s->tuning.fuse_output && L >= 1 && s->fwd[L].kernel == NNP_GEMM_MMA && s->fwd[L].ksplit == 1;
-    s->fuse_output_big = s->tuning.fuse_output && L >= 1 && s->fwd[L].kernel == NNP_GEMM_BIG_H && s->fwd[L].ksplit == 1;
-    s->out_rows = 16;
-    if (s->fuse_output_big)
-        for (int e = 0; e < b.E; e++) s->out_rows = max(s->out_rows, s->rows.elem_rows[e]);
-    const size_t fused = s->fuse_output || s->fuse_output_big ? (size_t)s->fwd[L].jobs * s->fwd[L].grid.x * s->out_rows : 1;
+    const GemmLaunch& g = s->fwd[L];
+    s->fuse_output = s->tuning.fuse_output && L >= 1 && g.ksplit == 1 && (g.kernel == NNP_GEMM_MMA || g.kernel == NNP_GEMM_BIG_H);
+    s->out_rows = 16; /* k_gemm_mma's tile; k_gemm_big_h: the most rows of an element */
+    for (int e = 0; s->fuse_output && g.kernel == NNP_GEMM_BIG_H && e < b.E; e++) s->out_rows = max(s->out_rows, s->rows.elem_rows[e]);
+    const size_t fused = s->fuse_output ? (size_t)g.jobs * g.grid.x * s->out_rows : 1;
     ALLOC(s->out_partial, sizeof(float) * fused);
     return NNP_OK;
 }

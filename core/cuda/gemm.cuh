@@ -203,8 +203,9 @@ template <typename real> struct OutputJob {
  * celu(acc + bias) (y itself is not stored: nothing reads it): the first backward step delta =
  * scale · w_out ⊙ celu'(y) (with forces), and the tile's Σ_col w_out·y per row (lanes, then warps,
  * in a fixed order) into partial[z][tile][rows], z = element·members + member, rows = 16 (k_gemm_mma)
- * or the most rows of an element (k_gemm_big_h). The end of the evaluation (finish_evaluation) adds, per row, the tiles in
- * order and then the members in order with their biases, as k_output would: e = Σ_m scale·(Σ w·y + b_m).
+ * or the most rows of an element (k_gemm_big_h). The end of the evaluation (finish_evaluation; many
+ * rows: k_output_rows) adds, per row, the tiles in order and then the members in order with their
+ * biases, as k_output would: e = Σ_m scale·(Σ w·y + b_m).
  * The output weights and biases are requested before the wait for the earlier kernel.
  */
 struct OutFuse {

@@ -116,10 +116,10 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
         /* stage timing keeps the output layer apart */
-        const bool fuse_output = s->fuse_output && !profile, fuse_big = s->fuse_output_big && !profile;
+        const bool fuse_output = s->fuse_output && !profile, fuse_big = fuse_output && s->fwd[s->n_hidden - 1].kernel == NNP_GEMM_BIG_H;
         for (int h = 0; h < s->n_hidden; h++) {
             if constexpr (sizeof(real) == 4)
-                if ((fuse_output || fuse_big) && h == s->n_hidden - 1) { /* the last hidden layer's forward with the output layer (EPI_OUT) */
+                if (fuse_output && h == s->n_hidden - 1) { /* the last hidden layer's forward with the output layer (EPI_OUT) */
                     const GemmLaunch& g = s->fwd[h];
                     OutFuse f;
                     f.jobs = (const OutputJob<float>*)s->out_jobs, f.partial = s->out_partial, f.scale = (float)scale;

@@ -62,8 +62,8 @@ struct nnp_cuda_state {
     /* launches */
     GemmLaunch fwd[NNP_MAX_LAYERS], bwd[NNP_MAX_LAYERS];
     int n_out_jobs; /* output layer: one job per element present */
-    int fuse_output;          /* the output layer inside the last hidden layer's forward (OutFuse): few rows (k_gemm_mma) */
-    int fuse_output_big;      /* ... many rows (k_gemm_big_h), the atoms' energies then added up by k_output_rows */
+    int fuse_output;          /* the output layer inside the last hidden layer's forward (OutFuse; on k_gemm_big_h the
+                                 atoms' energies are then added up by k_output_rows) */
     int out_rows;             /* OutFuse::rows */
     int bwd_defer;            /* the last backward GEMM's split-K parts added by the AEV backward (DeferredSum) */
     int pdl;                  /* programmatic dependent launches */

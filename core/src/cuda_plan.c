@@ -198,6 +198,12 @@ size_t nnp_cuda_aev_smem_base(int capacity, size_t real_size) { return (size_t)c
 
 static size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
+/* k_aev's pair-parallel angular path: an accumulator row (stride reals) per warp and a row of pair
+   factors per thread. */
+static size_t pair_parallel_smem(int threads, int stride, size_t real_size, size_t pair_row) {
+    return (size_t)(threads / 32) * stride * real_size + (size_t)threads * pair_row;
+}
+
 void nnp_cuda_plan_aev_kernels(const nnp_cuda_tuning* t, const nnp_cuda_device* dev, const nnp_aev_kernel_input* in,
                                nnp_aev_kernels* out) {
     /* The pair-parallel angular path where its per-warp accumulators and its table of pair factors
@@ -210,9 +216,9 @@ void nnp_cuda_plan_aev_kernels(const nnp_cuda_tuning* t, const nnp_cuda_device* 
     const int lanes = nnp_cuda_lanes_over_shfz(in->nShfZ, in->angular_sub);
     out->aev_threads = n < sms ? NNP_CUDA_AEV_MAX_THREADS : NNP_CUDA_AEV_THREADS;
     const size_t pair_row = (size_t)NNP_CUDA_PAIR_STRIDE(in->pair_factors) * rs;
-    size_t acc = (size_t)(out->aev_threads / 32) * stride * rs + (size_t)out->aev_threads * pair_row;
+    size_t acc = pair_parallel_smem(out->aev_threads, stride, rs, pair_row);
     if (base + acc + in->static_smem > optin && out->aev_threads > NNP_CUDA_AEV_THREADS)
-        out->aev_threads = NNP_CUDA_AEV_THREADS, acc = (size_t)(NNP_CUDA_AEV_THREADS / 32) * stride * rs + NNP_CUDA_AEV_THREADS * pair_row;
+        out->aev_threads = NNP_CUDA_AEV_THREADS, acc = pair_parallel_smem(NNP_CUDA_AEV_THREADS, stride, rs, pair_row);
     out->aev_acc_stride = in->angular_sub <= 32 && base + acc + in->static_smem <= optin ? stride : 0;
     out->aev_shmem = base + (out->aev_acc_stride > 0 ? acc : 0);
     /* Few atoms: each atom's AEV over several blocks of NNP_CUDA_AEV_THREADS (k_aev, aev_angular_sliced):

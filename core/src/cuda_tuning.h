@@ -35,7 +35,7 @@ typedef struct nnp_cuda_tuning {
     int defer_split_k;    /* the last backward GEMM's parts added by the split AEV backward (1), else by the
                              GEMM's last blocks; same bits */
     int fuse_output;      /* the output layer inside the last hidden layer's forward where that runs on
-                             k_gemm_mma without split-K (1), else k_output */
+                             k_gemm_mma or k_gemm_big_h without split-K (1), else k_output */
     /* AEV kernels (nnp_cuda_plan_aev_kernels) */
     int aev_slices;       /* blocks per atom of k_aev for few atoms: 0 chooses (default), 1 none, n forces n */
     int bwd_slices;       /* blocks per atom of the split AEV backward: 0 chooses (default), 1 none, n forces n (<= 64) */
