@@ -63,13 +63,18 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
         configure_kernel(k_gemm_big_tc<true, EPI_BIAS_CELU>, 256, TC_SMEM(true));
         configure_kernel(k_gemm_big_tc<false, EPI_DERIV>, 256, TC_SMEM(false));
         configure_kernel(k_gemm_big_tc<false, EPI_NONE>, 256, TC_SMEM(false));
-        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, false>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_DERIV, false>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_NONE, false>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, true>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_DERIV, true>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_NONE, true>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_OUT, false>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, false, true>, 256, TP_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_DERIV, false, true>, 256, TP_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_NONE, false, true>, 256, TP_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_OUT, false, true>, 256, TP_SMEM);
+        configure_kernel(k_presplit, 256, 0);
+        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, false, false>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_DERIV, false, false>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_NONE, false, false>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, true, false>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_DERIV, true, false>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_NONE, true, false>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_OUT, false, false>, 256, TH_SMEM);
         configure_kernel(k_output_rows, 256, 0);
     }
 }
@@ -159,6 +164,7 @@ template <typename real> static nnp_status plan_rows(Build<real>& b) {
     nnp_cuda_state* s = b.s;
     if (nnp_cuda_plan_aev_layout(b.plan, &s->tuning, &b.layout) != 0) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
     s->aev_live = b.layout.length, s->aev_angular0 = b.layout.angular0, s->n_classes = b.layout.n_classes;
+    s->aev_ld = (s->aev_live + PRE_CHUNK - 1) / PRE_CHUNK * PRE_CHUNK;
     b.row_atom = (int*)malloc(sizeof(int) * ((size_t)s->n_atoms + 1));
     if (b.row_atom == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
     nnp_cuda_plan_rows(b.plan, &b.layout, &s->rows, b.row_atom);
@@ -232,7 +238,8 @@ template <typename real> static nnp_status allocate_buffers(Build<real>& b) {
     ALLOC(s->nbr_cut, 4 * rs * n * cap);
     ALLOC(s->flags, sizeof(FLAG_CLEAR));
     ALLOC(s->nbr_vec, 4 * rs * n * cap);
-    ALLOC(s->aev, rs * n * A);
+    ALLOC(s->aev, rs * n * s->aev_ld);
+    if (cudaMemset(s->aev, 0, rs * n * s->aev_ld) != cudaSuccess) return nnp_fail(NNP_ERR_CUDA, "clearing GPU memory failed");
     ALLOC(s->daev, rs * n * A);
     ALLOC(s->weights, rs * b.w_total);
     for (int h = 0; h < s->n_hidden; h++) {
@@ -276,8 +283,8 @@ template <typename real> static nnp_status make_gemm_jobs(Build<real>& b) {
                 for (int c = 0; c < s->n_classes; c++) {
                     const int rc = R.class_rows[e][c], off = R.class_row0[e][c] - R.elem_row0[e];
                     if (rc == 0) continue;
-                    GemmJob<real> j = {(real*)s->aev + (size_t)R.class_row0[e][c] * A, W + b.w_offset[e][0], Yh + (size_t)off * M * W1,
-                                       W + b.b_offset[e][0], NULL, rc, M * W1, b.layout.class_len[c], (int)A, (int)A, M * W1, 0};
+                    GemmJob<real> j = {(real*)s->aev + (size_t)R.class_row0[e][c] * s->aev_ld, W + b.w_offset[e][0], Yh + (size_t)off * M * W1,
+                                       W + b.b_offset[e][0], NULL, rc, M * W1, b.layout.class_len[c], s->aev_ld, (int)A, M * W1, 0};
                     jobs[nj++] = j;
                 }
                 gx = max(gx, (M * W1 + GEMM_TILE - 1) / GEMM_TILE);
@@ -376,6 +383,95 @@ template <typename real> static nnp_status plan_gemm_launches(Build<real>& b, co
         for (int h = 0; h < s->n_hidden; h++) (pass ? s->bwd : s->fwd)[h].counters = s->counters;
     for (size_t j = 0; j < b.nj; j++)
         if (b.partial_at[j] != (size_t)-1) b.jobs[j].partial = (real*)s->partial + b.partial_at[j];
+    return NNP_OK;
+}
+
+/* Presplit activations (tuning presplit; see k_presplit): each launch on k_gemm_big_h without
+   split-K whose jobs read A in whole chunks of 32 (row stride and first column multiples of 32; k a
+   multiple of 32, or A the AEV, whose columns past a class's prefix and past aev_live are zero) reads
+   it from one of two buffers of FP16 pairs taken in turn. The launch that produces A writes it there
+   itself where it is k_gemm_big_h without split-K with whole chunks of C (ldc, first column and n
+   multiples of 32): the forward's hidden layers (EPI_BIAS_CELU, C also as float32 for the backward),
+   the fused output layer's delta and the backward's EPI_DERIV (only presplit); else k_presplit splits
+   A's buffer just before the launch. */
+template <typename real> static nnp_status plan_presplit(Build<real>& b) {
+    nnp_cuda_state* s = b.s;
+    size_t most = 0;
+    int turn = 0, buffer[2][NNP_MAX_LAYERS]; /* which of the two buffers each launch reads */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < s->n_hidden; i++) {
+            const int h = pass ? s->n_hidden - 1 - i : i; /* in launch order */
+            GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
+            g.presplit = 0, g.split_by_producer = 0;
+            if (sizeof(real) != 4 || !s->tuning.presplit || g.kernel != NNP_GEMM_BIG_H || g.ksplit > 1) continue;
+            const real* X = pass ? (const real*)s->D[h] : h == 0 ? (const real*)s->aev : (const real*)s->Y[h - 1];
+            const size_t size = pass ? b.ysize[h] : h == 0 ? (size_t)s->n_atoms * s->aev_ld : b.ysize[h - 1];
+            bool ok = size % PRE_CHUNK == 0 && size / PRE_CHUNK < (size_t)INT_MAX;
+            for (int j = 0; ok && j < g.jobs; j++) {
+                const GemmJob<real>& x = b.jobs[g.job0 + j];
+                ok = x.lda % PRE_CHUNK == 0 && (size_t)(x.A - X) % PRE_CHUNK == 0 && (x.k % PRE_CHUNK == 0 || X == (const real*)s->aev);
+            }
+            if (!ok) continue;
+            g.presplit = 1, g.split_src = (const float*)X, g.split_chunks = (int)(size / PRE_CHUNK);
+            buffer[pass][h] = turn;
+            turn ^= 1;
+            most = max(most, size / PRE_CHUNK);
+        }
+    if (most == 0) return NNP_OK;
+    for (int k = 0; k < 2; k++) {
+        ALLOC(s->split_p[k], sizeof(uint4) * 8 * most);
+        ALLOC(s->split_inv[k], sizeof(float) * most);
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int h = 0; h < s->n_hidden; h++) {
+            GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
+            if (!g.presplit) continue;
+            g.split_p = s->split_p[buffer[pass][h]], g.split_inv = s->split_inv[buffer[pass][h]];
+            for (int j = 0; j < g.jobs; j++) {
+                GemmJob<real>& x = b.jobs[g.job0 + j];
+                const size_t c = (size_t)(x.A - (const real*)g.split_src) / PRE_CHUNK;
+                x.Ap = g.split_p + 8 * c, x.As = g.split_inv + c, x.ldp = x.lda / 4, x.lds = x.lda / PRE_CHUNK;
+            }
+        }
+    /* the producers: forward h - 1 for forward h; the fused output for the last backward; backward
+       h + 1 for backward h */
+    const int L = s->n_hidden;
+    for (int pass = 0; pass < 2; pass++)
+        for (int h = 0; h < L; h++) {
+            GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
+            if (!g.presplit || (!pass && h == 0)) continue;
+            const real* X = (const real*)g.split_src;
+            if (pass && h == L - 1) { /* delta of the output layer inside the last forward */
+                if (!s->fuse_output || s->fwd[L - 1].kernel != NNP_GEMM_BIG_H) continue;
+                bool ok = true;
+                for (int e = 0; e < s->n_out_jobs; e++) {
+                    const OutputJob<real>& o = b.ojobs[e];
+                    ok &= o.ldy % PRE_CHUNK == 0 && o.width % PRE_CHUNK == 0 && (size_t)(o.delta - X) % PRE_CHUNK == 0;
+                }
+                if (!ok) continue;
+                for (int e = 0; e < s->n_out_jobs; e++) {
+                    OutputJob<real>& o = b.ojobs[e];
+                    const size_t c = (size_t)(o.delta - X) / PRE_CHUNK;
+                    o.delta_p = g.split_p + 8 * c, o.delta_s = g.split_inv + c, o.ldp = o.ldy / 4, o.lds = o.ldy / PRE_CHUNK;
+                }
+                g.split_by_producer = 1;
+                continue;
+            }
+            GemmLaunch& p = pass ? s->bwd[h + 1] : s->fwd[h - 1];
+            if (p.kernel != NNP_GEMM_BIG_H || p.ksplit > 1) continue;
+            bool ok = true;
+            for (int j = 0; j < p.jobs; j++) {
+                const GemmJob<real>& x = b.jobs[p.job0 + j];
+                ok &= x.ldc % PRE_CHUNK == 0 && x.n % PRE_CHUNK == 0 && (size_t)(x.C - X) % PRE_CHUNK == 0;
+            }
+            if (!ok) continue;
+            for (int j = 0; j < p.jobs; j++) {
+                GemmJob<real>& x = b.jobs[p.job0 + j];
+                const size_t c = (size_t)(x.C - X) / PRE_CHUNK;
+                x.Cp = g.split_p + 8 * c, x.Cs = g.split_inv + c, x.ldcp = x.ldc / 4, x.ldcs = x.ldc / PRE_CHUNK;
+            }
+            g.split_by_producer = 1;
+        }
     return NNP_OK;
 }
 
@@ -583,7 +679,7 @@ template <typename real> static nnp_status build_steps(Build<real>& b) {
     ALLOC(b.s->jobs, sizeof(GemmJob<real>) * (b.nj + 1));
     ALLOC(b.s->aev_params, sizeof(AevParams<real>));
     b.P = aev_params<real>(b.m, b.layout);
-    if ((st = make_output_jobs(b)) != NNP_OK || (st = upload(b)) != NNP_OK) return st;
+    if ((st = make_output_jobs(b)) != NNP_OK || (st = plan_presplit(b)) != NNP_OK || (st = upload(b)) != NNP_OK) return st;
     preload<real>(b.s);
     return NNP_OK;
 }

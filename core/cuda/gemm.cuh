@@ -27,6 +27,16 @@ template <typename real> struct GemmJob {
     const uint4* B16;
     int ldq;
     float wscale;
+    /* k_gemm_big_h with presplit activations (see Presplit): A as FP16 pairs, ldp uint4 per row, and
+       each row's inverse scales, lds per row (both 0 where A is read as float32) */
+    const uint4* Ap;
+    const float* As;
+    int ldp, lds;
+    /* k_gemm_big_h without split-K whose results the next product reads presplit: C also (EPI_BIAS_CELU)
+       or only (EPI_DERIV) as FP16 pairs and inverse scales, or NULL */
+    uint4* Cp;
+    float* Cs;
+    int ldcp, ldcs;
 };
 
 /* FP16 pairs on the tensor cores (k_gemm_mma, k_gemm_big_h): mma.sync m16n8k16, FP16 inputs, float32 sums. */
@@ -195,6 +205,11 @@ template <typename real> struct OutputJob {
     const real* b_out;
     real* delta;
     int row0, ldy, width, rows, pad;
+    /* k_gemm_big_h's fused output when the first backward product reads presplit: delta only as FP16
+       pairs and inverse scales (see GemmJob::Cp), or NULL */
+    uint4* delta_p;
+    float* delta_s;
+    int ldp, lds;
 };
 
 /*

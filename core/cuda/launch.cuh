@@ -29,6 +29,19 @@ static void launch_k(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, 
     launch_kc(pdl, 1, kernel, grid, block, smem, stream, args...);
 }
 
+/* A launch on k_gemm_big_h: with presplit activations, k_presplit first. */
+template <int EPI> static void big_h(const GemmJob<float>* jobs, const GemmLaunch& g, cudaStream_t stream, bool pdl, const OutFuse& fuse) {
+    const dim3 grid(g.grid.x, (g.grid.y + 1) / 2, g.grid.z);
+    if (g.presplit) {
+        if (!g.split_by_producer)
+            launch_k(pdl, k_presplit, dim3((g.split_chunks + 31) / 32), dim3(256), 0, stream, g.split_src, g.split_chunks, g.split_p, g.split_inv);
+        launch_k(pdl, k_gemm_big_h<EPI, false, true>, grid, dim3(256), TP_SMEM, stream, jobs, 1, g.counters, fuse);
+    } else if (g.ksplit > 1)
+        launch_k(pdl, k_gemm_big_h<EPI, true, false>, grid, dim3(256), TH_SMEM, stream, jobs, g.ksplit, g.counters, fuse);
+    else
+        launch_k(pdl, k_gemm_big_h<EPI, false, false>, grid, dim3(256), TH_SMEM, stream, jobs, g.ksplit, g.counters, fuse);
+}
+
 /* One GEMM launch on the kernel the plan chose for it (the float32-only kernels are never chosen
    in double precision). */
 template <typename real, bool TRANS_B, int EPI>
@@ -55,8 +68,7 @@ static void gemm(const GemmJob<real>* all_jobs, const GemmLaunch& g, cudaStream_
                      stream, jobs); /* 128×64 tiles */
             return;
         } else if (g.kernel == NNP_GEMM_BIG_H) {
-            launch_k(pdl, g.ksplit > 1 ? k_gemm_big_h<EPI, true> : k_gemm_big_h<EPI, false>, dim3(g.grid.x, (g.grid.y + 1) / 2, g.grid.z),
-                     dim3(256), TH_SMEM, stream, jobs, g.ksplit, g.counters, OutFuse());
+            big_h<EPI>(jobs, g, stream, pdl, OutFuse());
             return;
         }
     if (g.kernel == NNP_GEMM_SPLIT_K) {
@@ -112,7 +124,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         in.force_index = s->force_index, in.T = T;
         in.flags = s->flags, in.box = box, in.to_angstrom = (real)to_angstrom, in.rc2 = (real)(m->aev.Rcr * m->aev.Rcr);
         launch_k(pdl && io->sorted_particles, K.aev_slices > 1 ? k_aev<real, true> : k_aev<real, false>, dim3(n, K.aev_slices),
-                 dim3(K.aev_threads), K.aev_shmem, stream, P, s->capacity, in, (real*)s->aev, (int)A, K.aev_acc_stride);
+                 dim3(K.aev_threads), K.aev_shmem, stream, P, s->capacity, in, (real*)s->aev, s->aev_ld, K.aev_acc_stride);
         MARK();
         GemmJob<real>* jobs = (GemmJob<real>*)s->jobs;
         /* stage timing keeps the output layer apart */
@@ -126,8 +138,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                     f.with_forces = with_forces, f.rows = s->out_rows;
                     fin.out_partial = s->out_partial, fin.out_tiles = g.grid.x, fin.out_rows = s->out_rows;
                     if (fuse_big)
-                        launch_k(pdl, k_gemm_big_h<EPI_OUT, false>, dim3(g.grid.x, (g.grid.y + 1) / 2, g.grid.z), dim3(256), TH_SMEM,
-                                 stream, jobs + g.job0, 1, g.counters, f);
+                        big_h<EPI_OUT>((const GemmJob<float>*)jobs + g.job0, g, stream, pdl, f);
                     else
                         launch_k(pdl, k_gemm_mma<true, EPI_OUT>, dim3(g.grid.x, 1, g.grid.z), dim3(256), 0, stream, jobs + g.job0, 1,
                                  g.counters, f);
@@ -144,8 +155,12 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                      s->n_out_jobs, M, (const int*)s->row_atom, scale, s->atom_energy, with_forces);
         MARK();
         if (with_forces) {
-            for (int h = s->n_hidden - 1; h >= 1; h--) gemm<real, false, EPI_DERIV>(jobs, s->bwd[h], stream, pdl);
-            gemm<real, false, EPI_NONE>(jobs, s->bwd[0], stream, pdl); /* no counters where deferred: DeferredSum */
+            for (int h = s->n_hidden - 1; h >= 0; h--) {
+                GemmLaunch g = s->bwd[h];
+                if (h == s->n_hidden - 1 && !fuse_big) g.split_by_producer = 0; /* k_output wrote delta as float32 */
+                if (h > 0) gemm<real, false, EPI_DERIV>(jobs, g, stream, pdl);
+                else gemm<real, false, EPI_NONE>(jobs, g, stream, pdl); /* no counters where deferred: DeferredSum */
+            }
             MARK();
             unsigned long long* target;
             const int* findex;

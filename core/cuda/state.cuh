@@ -47,6 +47,13 @@ struct GemmLaunch {
     nnp_gemm_kernel kernel;
     unsigned cluster_z; /* k_gemm_mma: a tile's split-K parts in one thread-block cluster (cluster_fixup), else 1 */
     int* counters;      /* split-K tile counters, or NULL: the parts stay in the workspace (DeferredSum) */
+    /* k_gemm_big_h with presplit activations (tuning presplit): the float32 buffer its jobs read as A
+       and the FP16 pairs and inverse scales k_presplit makes of it first, or presplit = 0 */
+    int presplit, split_chunks;
+    int split_by_producer; /* the launch before writes them (then no k_presplit; see plan_presplit) */
+    const float* split_src;
+    uint4* split_p;
+    float* split_inv;
 };
 
 struct nnp_cuda_state {
@@ -56,7 +63,7 @@ struct nnp_cuda_state {
     int evaluated;     /* one evaluation outside capture done with these buffers */
     nnp_cuda_tuning tuning; /* the plan's table when the buffers were made */
     /* the AEV layout and the rows (nnp_cuda_plan_aev_layout, nnp_cuda_plan_rows) */
-    int aev_live, aev_angular0, n_classes;
+    int aev_live, aev_ld, aev_angular0, n_classes; /* aev_ld: the AEV's row stride, aev_live rounded up to 32 (zeros past aev_live) */
     nnp_rows rows;
     int width[NNP_MAX_ELEMENTS][NNP_MAX_LAYERS]; /* layer widths per element */
     /* launches */
@@ -83,6 +90,8 @@ struct nnp_cuda_state {
     unsigned long long* fixed;
     void* jobs;       /* GEMM job tables */
     void* w16;        /* k_gemm_mma's weights as FP16 pairs (see split_fp16_weights) */
+    uint4* split_p[2];   /* presplit activations (GemmLaunch::split_p), alternating between launches */
+    float* split_inv[2];
     void* partial;    /* split-K workspace, shared by the launches (they run in order) */
     int* counters;    /* split-K tile counters (zero between launches), shared likewise */
     int* host_flags;     /* mapped pinned memory: flags raised since check_flags last read them (see Finish) */
@@ -102,7 +111,7 @@ static void free_state(nnp_cuda_state* s) {
     void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->row_info, s->batch_entry, s->defer_rows, s->identity,
                     s->batch_start, s->batch_atoms, s->row_atom, s->index_of, s->force_index, s->count, s->nbr_info, s->nbr_ang,
                     s->nbr_cut, s->flags, s->nbr_vec, s->aev, s->daev, s->weights, s->atom_energy, s->self_energy,
-                    s->batch_energy, s->total, s->fixed, s->jobs, s->out_partial, s->w16};
+                    s->batch_energy, s->total, s->fixed, s->jobs, s->out_partial, s->w16, s->split_p[0], s->split_p[1], s->split_inv[0], s->split_inv[1]};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
     for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
     if (s->host_flags) cudaFreeHost(s->host_flags);

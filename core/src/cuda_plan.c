@@ -19,6 +19,7 @@ void nnp_cuda_tuning_defaults(nnp_cuda_tuning* t) {
     t->cluster_split_k = 1;
     t->defer_split_k = 1;
     t->fuse_output = 1;
+    t->presplit = 1;
     t->aev_slices = 0;
     t->bwd_slices = 0;
     t->pdl = 1;

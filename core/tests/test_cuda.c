@@ -631,8 +631,22 @@ int main(void) {
         nnp_cuda_tuning_defaults(&variant);
         variant.pdl = 0;
         compare_bitwise(model, &large, NULL, &variant, "no programmatic dependent launches (pdl = 0)");
+        /* k_gemm_big_h splitting its activations itself instead of reading them presplit: the same
+           split and the same sums in the same order, so bit-identical (with and without the fused
+           output layer). */
+        nnp_cuda_tuning_defaults(&variant);
+        variant.presplit = 0;
+        compare_bitwise(model, &large, NULL, &variant, "activations split by k_gemm_big_h (presplit = 0)");
+        nnp_cuda_tuning nofuse;
+        nnp_cuda_tuning_defaults(&nofuse);
+        nofuse.fuse_output = 0;
+        variant.fuse_output = 0;
+        compare_bitwise(model, &large, &nofuse, &variant, "presplit = 0 with the output layer apart");
         free(large.z), free(large.batch), free(large.pos);
         system_t edge = make_edge_system(); /* tile edges, every element, elements of one row */
+        nnp_cuda_tuning_defaults(&variant);
+        variant.presplit = 0;
+        compare_bitwise(model, &edge, NULL, &variant, "edge system, presplit = 0");
         for (int kernel = 2; kernel >= 0; kernel--) { /* FP16 pairs, 3xTF32, SIMT */
             tuning.big_tensor_cores = kernel;
             compare_with_cpu(model, &edge, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
