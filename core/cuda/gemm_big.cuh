@@ -432,6 +432,38 @@ __device__ __forceinline__ void write_presplit(const float2 (&v)[2][4][2], uint4
 /* where write_presplit's staging starts in k_gemm_big_h's shared memory (after big_output's 128 floats) */
 #define PRE_STAGE_AT 64 /* uint4 */
 
+/* k_gemm_big_h's three products of one 16-k step into a warp's 8 accumulators (A's high and low
+   fragments of its two 16-row tiles, B's of its four 8-column tiles: high k 4q..4q+1, 4q+2..4q+3,
+   low likewise), small terms first, each term over all 8 accumulators before the next: 8
+   independent mma between dependent ones. */
+__device__ __forceinline__ void mma_pair_step(float (&acc)[2][4][4], const uint4 (&ah)[2], const uint4 (&al)[2], const uint4 (&b)[4]) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], al[mi].x, al[mi].y, al[mi].z, al[mi].w, b[ni].x, b[ni].y);
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, b[ni].z, b[ni].w);
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, b[ni].x, b[ni].y);
+}
+/* a k-stage's sums, scaled back by their rows' inverse scales (inv[r0 + 16·mi + g] and + 8 for the
+   rows g and g + 8 of the warp's 16-row tile mi, r0 its first row), added into the result with
+   rounding */
+__device__ __forceinline__ void add_stage(float (&sum)[2][4][4], const float (&acc)[2][4][4], const float* inv, int r0, int g) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        const float u0 = inv[r0 + mi * 16 + g], u1 = inv[r0 + mi * 16 + g + 8];
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) sum[mi][ni][c] = fmaf(acc[mi][ni][c], c < 2 ? u0 : u1, sum[mi][ni][c]);
+    }
+}
+
 /* EPI_OUT's end of a k_gemm_big_h tile (see OutFuse): the warp's results as in k_gemm_big_h, before
    the weights' scale; red: 128 floats of shared memory no thread reads any more. Each row's sum is
    formed over this thread's 8 columns, then the 4 lanes of the row, then the two warps of the same
@@ -562,27 +594,9 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
                     ldmatrix_x4(ah[mi], at);
                     ldmatrix_x4(al[mi], at + 4);
                 }
-#pragma unroll
-                for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], al[mi].x, al[mi].y, al[mi].z, al[mi].w, b[ni].x, b[ni].y);
-#pragma unroll
-                for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, b[ni].z, b[ni].w);
-#pragma unroll
-                for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, b[ni].x, b[ni].y);
+                mma_pair_step(acc, ah, al, b);
             }
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++) {
-                const float u0 = sc[wm + mi * 16 + g], u1 = sc[wm + mi * 16 + g + 8];
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++) sum[mi][ni][c] = fmaf(acc[mi][ni][c], c < 2 ? u0 : u1, sum[mi][ni][c]);
-            }
+            add_stage(sum, acc, sc, wm, g);
         }
         cp_async_wait_all();
         __syncthreads(); /* the shared memory is free (big_output reuses it) */
@@ -595,9 +609,9 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
         const int ar = row0 + warp * 16 + g;
         float4 x[2][2]; /* [step][row g, g + 8] */
         auto fetch_a = [&](int kt) {
-    #pragma unroll
+#pragma unroll
             for (int s = 0; s < 2; s++)
-    #pragma unroll
+#pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int r = ar + 8 * h, k = kbegin + kt * TH_BK + 16 * s + 4 * q;
                     x[s][h] = r < job.m && k < kend ? __ldcg((const float4*)(job.A + (size_t)r * job.lda + k)) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -605,17 +619,17 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
         };
         auto store_a = [&](int buf) {
             float sc[2];
-    #pragma unroll
+#pragma unroll
             for (int h = 0; h < 2; h++) {
                 float mx = 0.f;
-    #pragma unroll
+#pragma unroll
                 for (int s = 0; s < 2; s++) mx = fmaxf(mx, fmaxf(fmaxf(fabsf(x[s][h].x), fabsf(x[s][h].y)), fmaxf(fabsf(x[s][h].z), fabsf(x[s][h].w))));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2)); /* the row's 32 k of this stage */
                 sc[h] = fp16_scale(mx);
                 if (q == 0) Sc[buf * TH_BM + warp * 16 + g + 8 * h] = 1.f / sc[h];
             }
-    #pragma unroll
+#pragma unroll
             for (int s = 0; s < 2; s++) {
                 uint4 hi, lo; /* (a0, a1, a2, a3) = (row g, k 4q..4q+1), (g + 8, same), (g, 4q+2..4q+3), (g + 8, same) */
                 fp16_split(x[s][0].x * sc[0], x[s][0].y * sc[0], hi.x, lo.x);
@@ -629,7 +643,7 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
         /* the weights' fragments of stage kt: 512 uint4, 2 per thread (step i, column e / 4, lane e mod 4);
            past kend they meet zeros of A */
         auto load_b = [&](int buf, int kt) {
-    #pragma unroll
+#pragma unroll
             for (int i = 0; i < 2; i++) {
                 const int e = t, n = e / 4, kq = kbegin / 4 + kt * (TH_BK / 4) + 4 * i + e % 4;
                 const bool ok = col0 + n < job.n && kq < job.ldq;
@@ -655,38 +669,19 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
             }
             float acc[2][4][4];
             zero_fragments(acc);
-    #pragma unroll
+#pragma unroll
             for (int s = 0; s < 2; s++) {
                 uint4 b[4], ah[2], al[2]; /* B: (hi k 4q..4q+1, hi 4q+2..4q+3, lo, lo) of column wn + 8·ni + g */
-    #pragma unroll
+#pragma unroll
                 for (int ni = 0; ni < 4; ni++) b[ni] = Bs[(buf * 2 + s) * (TH_BN * 4) + (wn + ni * 8 + g) * 4 + q];
-    #pragma unroll
+#pragma unroll
                 for (int mi = 0; mi < 2; mi++) {
                     const uint4* at = As + (size_t)(((buf * 8 + wm / 16 + mi) * 2 + s) * 2) * 32 + lane;
                     ah[mi] = at[0], al[mi] = at[32];
                 }
-                /* each term over all 8 accumulators before the next: 8 independent mma between dependent ones */
-    #pragma unroll
-                for (int mi = 0; mi < 2; mi++)
-    #pragma unroll
-                    for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], al[mi].x, al[mi].y, al[mi].z, al[mi].w, b[ni].x, b[ni].y);
-    #pragma unroll
-                for (int mi = 0; mi < 2; mi++)
-    #pragma unroll
-                    for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, b[ni].z, b[ni].w);
-    #pragma unroll
-                for (int mi = 0; mi < 2; mi++)
-    #pragma unroll
-                    for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, b[ni].x, b[ni].y);
+                mma_pair_step(acc, ah, al, b);
             }
-    #pragma unroll
-            for (int mi = 0; mi < 2; mi++) {
-                const float u0 = Sc[buf * TH_BM + wm + mi * 16 + g], u1 = Sc[buf * TH_BM + wm + mi * 16 + g + 8];
-    #pragma unroll
-                for (int ni = 0; ni < 4; ni++)
-    #pragma unroll
-                    for (int c = 0; c < 4; c++) sum[mi][ni][c] = fmaf(acc[mi][ni][c], c < 2 ? u0 : u1, sum[mi][ni][c]);
-            }
+            add_stage(sum, acc, Sc, buf * TH_BM + wm, g);
             if (more) store_a(buf ^ 1);
             cp_async_wait_all();
             __syncthreads(); /* stage kt + 1 is in place, and every read of stage kt is done */
