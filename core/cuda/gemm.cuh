@@ -27,7 +27,7 @@ template <typename real> struct GemmJob {
     const uint4* B16;
     int ldq;
     float wscale;
-    /* k_gemm_big_h with presplit activations (see Presplit): A as FP16 pairs, ldp uint4 per row, and
+    /* k_gemm_big_h with presplit activations (see k_presplit): A as FP16 pairs, ldp uint4 per row, and
        each row's inverse scales, lds per row (both 0 where A is read as float32) */
     const uint4* Ap;
     const float* As;
