@@ -391,16 +391,16 @@ template <typename real> static nnp_status plan_gemm_launches(Build<real>& b, co
    multiple of 32, or A the AEV, whose columns past a class's prefix and past aev_live are zero) reads
    it from one of two buffers of FP16 pairs taken in turn. The launch that produces A writes it there
    itself where it is k_gemm_big_h without split-K with whole chunks of C (ldc, first column and n
-   multiples of 32): the forward's hidden layers (EPI_BIAS_CELU, C also as float32 for the backward),
-   the fused output layer's delta and the backward's EPI_DERIV (only presplit); else k_presplit splits
-   A's buffer just before the launch. */
+   multiples of 32): the forward's hidden layers (EPI_BIAS_CELU), the fused output layer's delta and
+   the backward's EPI_DERIV (only presplit: C = NULL); else k_presplit splits A's buffer just before
+   the launch. (The forward's hidden outputs stay float32 too: the backward's celu' reads them.) */
 template <typename real> static nnp_status plan_presplit(Build<real>& b) {
     nnp_cuda_state* s = b.s;
-    size_t most = 0;
+    const int L = s->n_hidden;
     int turn = 0, buffer[2][NNP_MAX_LAYERS]; /* which of the two buffers each launch reads */
     for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < s->n_hidden; i++) {
-            const int h = pass ? s->n_hidden - 1 - i : i; /* in launch order */
+        for (int i = 0; i < L; i++) {
+            const int h = pass ? L - 1 - i : i; /* in launch order */
             GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
             g.presplit = 0, g.split_by_producer = 0;
             if (sizeof(real) != 4 || !s->tuning.presplit || g.kernel != NNP_GEMM_BIG_H || g.ksplit > 1) continue;
@@ -415,27 +415,17 @@ template <typename real> static nnp_status plan_presplit(Build<real>& b) {
             g.presplit = 1, g.split_src = (const float*)X, g.split_chunks = (int)(size / PRE_CHUNK);
             buffer[pass][h] = turn;
             turn ^= 1;
-            most = max(most, size / PRE_CHUNK);
-        }
-    if (most == 0) return NNP_OK;
-    for (int k = 0; k < 2; k++) {
-        ALLOC(s->split_p[k], sizeof(uint4) * 8 * most);
-        ALLOC(s->split_inv[k], sizeof(float) * most);
-    }
-    for (int pass = 0; pass < 2; pass++)
-        for (int h = 0; h < s->n_hidden; h++) {
-            GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
-            if (!g.presplit) continue;
-            g.split_p = s->split_p[buffer[pass][h]], g.split_inv = s->split_inv[buffer[pass][h]];
-            for (int j = 0; j < g.jobs; j++) {
-                GemmJob<real>& x = b.jobs[g.job0 + j];
-                const size_t c = (size_t)(x.A - (const real*)g.split_src) / PRE_CHUNK;
-                x.Ap = g.split_p + 8 * c, x.As = g.split_inv + c, x.ldp = x.lda / 4, x.lds = x.lda / PRE_CHUNK;
-            }
         }
     /* the producers: forward h - 1 for forward h; the fused output for the last backward; backward
        h + 1 for backward h */
-    const int L = s->n_hidden;
+    auto whole_chunks = [&](const GemmLaunch& p, const real* X) {
+        bool ok = p.kernel == NNP_GEMM_BIG_H && p.ksplit == 1;
+        for (int j = 0; ok && j < p.jobs; j++) {
+            const GemmJob<real>& x = b.jobs[p.job0 + j];
+            ok = x.ldc % PRE_CHUNK == 0 && x.n % PRE_CHUNK == 0 && (size_t)(x.C - X) % PRE_CHUNK == 0;
+        }
+        return ok;
+    };
     for (int pass = 0; pass < 2; pass++)
         for (int h = 0; h < L; h++) {
             GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
@@ -448,29 +438,48 @@ template <typename real> static nnp_status plan_presplit(Build<real>& b) {
                     const OutputJob<real>& o = b.ojobs[e];
                     ok &= o.ldy % PRE_CHUNK == 0 && o.width % PRE_CHUNK == 0 && (size_t)(o.delta - X) % PRE_CHUNK == 0;
                 }
-                if (!ok) continue;
+                g.split_by_producer = ok;
+                continue;
+            }
+            g.split_by_producer = whole_chunks(pass ? s->bwd[h + 1] : s->fwd[h - 1], X);
+        }
+    size_t most = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int h = 0; h < L; h++) {
+            const GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
+            if (g.presplit) most = max(most, (size_t)g.split_chunks);
+        }
+    for (int k = 0; k < 2 && most > 0; k++) {
+        ALLOC(s->split_p[k], sizeof(uint4) * 8 * most);
+        ALLOC(s->split_inv[k], sizeof(float) * most);
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int h = 0; h < L; h++) {
+            GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
+            if (!g.presplit) continue;
+            g.split_p = s->split_p[buffer[pass][h]], g.split_inv = s->split_inv[buffer[pass][h]];
+            const real* X = (const real*)g.split_src;
+            for (int j = 0; j < g.jobs; j++) {
+                GemmJob<real>& x = b.jobs[g.job0 + j];
+                const size_t c = (size_t)(x.A - X) / PRE_CHUNK;
+                x.Ap = g.split_p + 8 * c, x.As = g.split_inv + c, x.ldp = x.lda / 4, x.lds = x.lda / PRE_CHUNK;
+            }
+            if (!g.split_by_producer) continue;
+            if (pass && h == L - 1) {
                 for (int e = 0; e < s->n_out_jobs; e++) {
                     OutputJob<real>& o = b.ojobs[e];
                     const size_t c = (size_t)(o.delta - X) / PRE_CHUNK;
                     o.delta_p = g.split_p + 8 * c, o.delta_s = g.split_inv + c, o.ldp = o.ldy / 4, o.lds = o.ldy / PRE_CHUNK;
                 }
-                g.split_by_producer = 1;
                 continue;
             }
-            GemmLaunch& p = pass ? s->bwd[h + 1] : s->fwd[h - 1];
-            if (p.kernel != NNP_GEMM_BIG_H || p.ksplit > 1) continue;
-            bool ok = true;
-            for (int j = 0; j < p.jobs; j++) {
-                const GemmJob<real>& x = b.jobs[p.job0 + j];
-                ok &= x.ldc % PRE_CHUNK == 0 && x.n % PRE_CHUNK == 0 && (size_t)(x.C - X) % PRE_CHUNK == 0;
-            }
-            if (!ok) continue;
+            const GemmLaunch& p = pass ? s->bwd[h + 1] : s->fwd[h - 1];
             for (int j = 0; j < p.jobs; j++) {
                 GemmJob<real>& x = b.jobs[p.job0 + j];
                 const size_t c = (size_t)(x.C - X) / PRE_CHUNK;
                 x.Cp = g.split_p + 8 * c, x.Cs = g.split_inv + c, x.ldcp = x.ldc / 4, x.ldcs = x.ldc / PRE_CHUNK;
+                if (pass) x.C = NULL; /* EPI_DERIV: the pairs only */
             }
-            g.split_by_producer = 1;
         }
     return NNP_OK;
 }
@@ -529,7 +538,7 @@ template <typename real> static nnp_status split_fp16_weights(Build<real>& b) {
         for (int h = 0; h < s->n_hidden; h++) {
             const GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
             if (g.kernel != NNP_GEMM_MMA && g.kernel != NNP_GEMM_BIG_H) continue;
-            for (int j = g.job0; j < g.job0 + g.jobs; j++) {
+            for (int j = (int)g.job0; j < (int)g.job0 + g.jobs; j++) {
                 const GemmJob<real>& x = b.jobs[j];
                 owner[j] = j;
                 for (int i = 0; i < j; i++) /* a few hundred jobs at most */

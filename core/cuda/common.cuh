@@ -6,7 +6,8 @@
 #define NNP_PI_F 3.14159265358979323846
 #define AEV_THREADS NNP_CUDA_AEV_THREADS         /* the AEV kernels' block size, */
 #define AEV_MAX_THREADS NNP_CUDA_AEV_MAX_THREADS /* and k_aev's for few atoms (more warps share each atom's pairs) */
-#define BWD_THREADS 128                          /* k_aev_backward's, one block per atom */
+#define BWD_THREADS 64 /* k_aev_backward's, one block per atom, */
+#define BWD_BLOCKS 14  /* of which at least this many per SM (registers capped at 72: 28 warps per SM instead of 24) */
 #define BWD_SHFZ 8 /* k_aev_backward (one block per atom): the ShfZ terms whose f1 one thread holds at once */
 #define GEMM_TILE 64
 #define GEMM_K NNP_CUDA_GEMM_K

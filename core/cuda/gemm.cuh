@@ -33,7 +33,7 @@ template <typename real> struct GemmJob {
     const float* As;
     int ldp, lds;
     /* k_gemm_big_h without split-K whose results the next product reads presplit: C also (EPI_BIAS_CELU)
-       or only (EPI_DERIV) as FP16 pairs and inverse scales, or NULL */
+       or only (EPI_DERIV: C = NULL) as FP16 pairs and inverse scales, or NULL */
     uint4* Cp;
     float* Cs;
     int ldcp, ldcs;

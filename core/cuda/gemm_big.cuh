@@ -732,10 +732,11 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
                     const float2 o = EPI == EPI_DERIV ? op[mi][ni][h] : op[0][ni][0];
                     v[mi][ni][h] = make_float2(epilogue_with(EPI, sum[mi][ni][2 * h] * job.wscale, o.x),
                                                epilogue_with(EPI, sum[mi][ni][2 * h + 1] * job.wscale, o.y));
-                    if (r < job.m && col < job.n && (EPI != EPI_DERIV || job.Cp == NULL)) *(float2*)(job.C + (size_t)r * job.ldc + col) = v[mi][ni][h];
+                    if (r < job.m && col < job.n && job.C != NULL) *(float2*)(job.C + (size_t)r * job.ldc + col) = v[mi][ni][h];
                 }
-        /* for the next product, presplit (the plan sets Cp only where n is a multiple of 32); rows past
-           m are not written, so their values do not matter */
+        /* for the next product, presplit (the plan sets Cp only where n is a multiple of 32, and C = NULL
+           where the float32 results are not read: EPI_DERIV); rows past m are not written, so their
+           values do not matter */
         if (job.Cp != NULL && col0 + wn < job.n)
             write_presplit(v, job.Cp, job.Cs, job.ldcp, job.ldcs, (col0 + wn) / PRE_CHUNK, row0 + wm, job.m,
                            (unsigned*)(th_smem + PRE_STAGE_AT) + warp * 32 * PRE_STAGE_LD);

@@ -203,6 +203,21 @@ extern "C" nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length,
     return NNP_OK;
 }
 
+extern "C" nnp_status nnp_cuda_activations_internal(nnp_plan* plan, int32_t* modes, int32_t* n) {
+    nnp_cuda_state* s = plan ? (nnp_cuda_state*)plan->cuda : NULL;
+    if (modes == NULL || n == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_cuda_activations_internal: NULL argument");
+    if (s == NULL || plan->cuda_dirty) return nnp_fail(NNP_ERR_STATE, "no CUDA evaluation of the current atoms yet: evaluate first");
+    int k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < s->n_hidden; i++) {
+            const int h = pass ? s->n_hidden - 1 - i : i;
+            const GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
+            modes[k++] = !g.presplit ? NNP_CUDA_A_FLOAT32 : !g.split_by_producer ? NNP_CUDA_A_PRESPLIT : NNP_CUDA_A_BY_PRODUCER;
+        }
+    *n = k;
+    return NNP_OK;
+}
+
 extern "C" nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds) {
     nnp_cuda_state* s = plan ? (nnp_cuda_state*)plan->cuda : NULL;
     if (s == NULL || microseconds == NULL || !s->profiling)

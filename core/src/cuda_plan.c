@@ -195,6 +195,12 @@ nnp_gemm_choice nnp_cuda_plan_gemm(const nnp_cuda_tuning* t, const nnp_gemm_shap
 
 int nnp_cuda_lanes_over_shfz(int nz, int angular_sub) { return nz >= 3 && nz <= 32 && 32 % nz == 0 && angular_sub % nz == 0; }
 
+int nnp_cuda_aev_atom_threads(int n_atoms, int sms) {
+    int warps = NNP_CUDA_AEV_THREADS / 32;
+    while (warps > 2 && (long long)n_atoms * warps > 16LL * sms) warps /= 2;
+    return 32 * warps;
+}
+
 size_t nnp_cuda_aev_smem_base(int capacity, size_t real_size) { return (size_t)capacity * (8 * real_size + 2 * sizeof(int)); }
 
 static size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
@@ -209,13 +215,13 @@ void nnp_cuda_plan_aev_kernels(const nnp_cuda_tuning* t, const nnp_cuda_device* 
                                nnp_aev_kernels* out) {
     /* The pair-parallel angular path where its per-warp accumulators and its table of pair factors
        (one row per thread) fit in shared memory, with 1024 threads per atom when there are fewer
-       atoms than SMs (256 otherwise). */
+       atoms than SMs, else nnp_cuda_aev_atom_threads. */
     const int n = in->n_atoms, sms = dev->sms;
     const size_t optin = (size_t)dev->smem_optin, rs = in->real_size;
     const size_t base = nnp_cuda_aev_smem_base(in->capacity, rs);
     const int stride = in->stored_length - in->angular0; /* stored angular features */
     const int lanes = nnp_cuda_lanes_over_shfz(in->nShfZ, in->angular_sub);
-    out->aev_threads = n < sms ? NNP_CUDA_AEV_MAX_THREADS : NNP_CUDA_AEV_THREADS;
+    out->aev_threads = n < sms ? NNP_CUDA_AEV_MAX_THREADS : nnp_cuda_aev_atom_threads(n, sms);
     const size_t pair_row = (size_t)NNP_CUDA_PAIR_STRIDE(in->pair_factors) * rs;
     size_t acc = pair_parallel_smem(out->aev_threads, stride, rs, pair_row);
     if (base + acc + in->static_smem > optin && out->aev_threads > NNP_CUDA_AEV_THREADS)

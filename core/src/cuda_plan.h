@@ -131,6 +131,13 @@ void nnp_cuda_plan_aev_kernels(const nnp_cuda_tuning* tuning, const nnp_cuda_dev
 /* The AEV kernels' dynamic shared memory per neighbour slot: the vector and cutoff values (8 reals),
    the element and the angular list (2 ints); see AevAtom in core/cuda/aev.cuh. */
 size_t nnp_cuda_aev_smem_base(int capacity, size_t real_size);
+/* k_aev's block size with one block per atom (at least as many atoms as SMs): warps per atom halved
+   from 8 down to 2 while the atoms would fill more than 16 warps per SM. Fewer warps per atom means
+   more atoms per SM, barriers that wait on fewer warps and fewer accumulator rows to clear and add
+   up; with few atoms per SM, more warps share each atom's work. Measured on the H200 (graph step):
+   837 molecules (37,105 atoms) 4,508 / 4,231 / about 4,130 us with 8 / 4 / 2 warps; 10 molecules
+   (220 atoms) about 170 us with 8 warps, 184 us with 2. */
+int nnp_cuda_aev_atom_threads(int n_atoms, int sms);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,10 @@ nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length, int32_t* s
     (void)plan, (void)model_length, (void)stored_length, (void)classes;
     return no_cuda();
 }
+nnp_status nnp_cuda_activations_internal(nnp_plan* plan, int32_t* modes, int32_t* n) {
+    (void)plan, (void)modes, (void)n;
+    return no_cuda();
+}
 nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds) {
     (void)plan, (void)microseconds;
     return no_cuda();

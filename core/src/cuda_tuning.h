@@ -52,6 +52,14 @@ NNP_API void nnp_cuda_tuning_defaults(nnp_cuda_tuning* tuning);
 NNP_API nnp_status nnp_plan_set_cuda_tuning_internal(nnp_plan* plan, const nnp_cuda_tuning* tuning);
 NNP_API nnp_status nnp_plan_get_cuda_tuning_internal(const nnp_plan* plan, nnp_cuda_tuning* tuning);
 
+/* Internal (tests only): how each GEMM launch of the plan's last CUDA evaluation reads its
+   activations, in launch order (the forward layers, then the backward from the last layer):
+   NNP_CUDA_A_FLOAT32, NNP_CUDA_A_PRESPLIT (split into FP16 pairs by k_presplit just before),
+   NNP_CUDA_A_BY_PRODUCER (written as pairs by the launch before). modes: room for 2 · NNP_MAX_LAYERS;
+   *n: the launches. */
+enum { NNP_CUDA_A_FLOAT32 = 0, NNP_CUDA_A_PRESPLIT = 1, NNP_CUDA_A_BY_PRODUCER = 2 };
+NNP_API nnp_status nnp_cuda_activations_internal(nnp_plan* plan, int32_t* modes, int32_t* n);
+
 #ifdef __cplusplus
 }
 #endif

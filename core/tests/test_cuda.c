@@ -172,6 +172,7 @@ static nnp_status eval_plain(nnp_plan* plan, cudaStream_t stream, double* d_pos,
 }
 
 static int32_t last_classes; /* classes of the last comparison's CUDA layout */
+static int32_t last_modes[64], last_launches; /* how its GEMM launches read their activations (room for 2 · NNP_MAX_LAYERS) */
 
 /* Energy alone (no forces: the output layer's first backward step is not stored, and for one
    molecule the end of the evaluation is a kernel of its own), against the CPU. */
@@ -233,6 +234,7 @@ static void compare_with_cpu(nnp_model* model, const system_t* s, int32_t member
     CHECK_OK(eval_plain(gpu, 0, d_pos, d_forces, d_energy, f_gpu, &e_gpu, b_gpu));
     int32_t model_length = 0, stored_length = 0;
     CHECK_OK(nnp_cuda_aev_layout(gpu, &model_length, &stored_length, &last_classes));
+    CHECK_OK(nnp_cuda_activations_internal(gpu, last_modes, &last_launches));
     printf("AEV: %d of %d features stored, %d class(es) of first-layer prefixes\n", stored_length, model_length, last_classes);
     double worst = 0;
     for (int b = 0; b < s->n_batches; b++) {
@@ -282,6 +284,18 @@ static void compare_bitwise(nnp_model* model, const system_t* s, const nnp_cuda_
     CUDA_OK(cudaFree(d_pos));
     CUDA_OK(cudaFree(d_forces));
     CUDA_OK(cudaFree(d_energy));
+}
+
+/* The last comparison's GEMM launches read their activations as `want` says (nnp_cuda_activations_internal). */
+static void expect_modes(const char* what, const int32_t* want, int32_t n) {
+    int same = last_launches == n;
+    for (int k = 0; same && k < n; k++) same = last_modes[k] == want[k];
+    printf("%s: activations read as", what);
+    for (int k = 0; k < last_launches; k++) printf(" %d", last_modes[k]);
+    printf(" (want");
+    for (int k = 0; k < n; k++) printf(" %d", want[k]);
+    printf(")\n");
+    CHECK(same);
 }
 
 /* OpenMM's conventions: float4 positions in a permuted ("reordered") layout with an index array,
@@ -591,6 +605,7 @@ int main(void) {
            split-K kernel (big_tensor_cores = 0); double. */
         system_t mid = make_large_system(10);
         compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        expect_modes("10 molecules (split over k: float32)", (const int32_t[]){0, 0, 0, 0, 0, 0}, 6);
         compare_with_cpu(model, &mid, 1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         tuning.split_k_tensor = 96;
         compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
@@ -600,16 +615,29 @@ int main(void) {
         nnp_cuda_tuning_defaults(&tuning);
         compare_with_cpu(model, &mid, -1, NNP_PRECISION_DOUBLE, DOUBLE_ENERGY, DOUBLE_FORCES);
         free(mid.z), free(mid.batch), free(mid.pos);
+        /* 10, 15 and 40 molecules: k_aev with 8, 4 and 2 warps per atom on a GPU of 132 SMs
+           (nnp_cuda_aev_atom_threads) */
+        mid = make_large_system(15);
+        compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        free(mid.z), free(mid.batch), free(mid.pos);
     }
     {
         system_t large = make_large_system(40); /* >256 atoms of H and of C: the many-row GEMM kernel */
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        /* its six launches (forward 0-2, backward 2-0) read presplit activations: the AEV split by
+           k_presplit, the rest written as pairs by the launch before (so that the bitwise comparison
+           with presplit = 0 below cannot pass by presplit not being chosen) */
+        expect_modes("40 molecules", (const int32_t[]){NNP_CUDA_A_PRESPLIT, NNP_CUDA_A_BY_PRODUCER, NNP_CUDA_A_BY_PRODUCER,
+                                                       NNP_CUDA_A_BY_PRODUCER, NNP_CUDA_A_BY_PRODUCER, NNP_CUDA_A_BY_PRODUCER}, 6);
         compare_with_cpu(model, &large, 1, NNP_PRECISION_DOUBLE, DOUBLE_ENERGY, DOUBLE_FORCES);
         /* The output layer inside the last hidden layer's k_gemm_big_h (the default, above, and without
            forces) or in k_output of its own. */
         compare_energy_only(model, &large);
         tuning.fuse_output = 0;
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        /* k_output writes the first backward product's activations as float32: k_presplit splits them */
+        expect_modes("40 molecules, fuse_output = 0", (const int32_t[]){NNP_CUDA_A_PRESPLIT, NNP_CUDA_A_BY_PRODUCER,
+                     NNP_CUDA_A_BY_PRODUCER, NNP_CUDA_A_PRESPLIT, NNP_CUDA_A_BY_PRODUCER, NNP_CUDA_A_BY_PRODUCER}, 6);
         compare_energy_only(model, &large);
         nnp_cuda_tuning_defaults(&tuning);
         /* The many-rows GEMMs on the tensor cores in 3xTF32 (k_gemm_big_tc) instead of FP16 pairs

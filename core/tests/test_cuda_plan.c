@@ -337,13 +337,17 @@ static void test_aev_kernels(void) {
     in.n_atoms = 100;
     nnp_cuda_plan_aev_kernels(&t, &h200, &in, &k);
     CHECK(k.aev_slices == 2 && k.bwd_slices == 5);
-    /* Many atoms: one block of 256 per atom, the pair-parallel path. */
+    /* Many atoms: one block of 64 per atom (2 warps: 37,105 · 2 > 16 · 132), the pair-parallel path;
+       fewer atoms, more warps each: 8 up to 16 · 132 / 8 = 264 atoms, 4 up to 528. */
+    CHECK(nnp_cuda_aev_atom_threads(220, 132) == 256 && nnp_cuda_aev_atom_threads(264, 132) == 256);
+    CHECK(nnp_cuda_aev_atom_threads(265, 132) == 128 && nnp_cuda_aev_atom_threads(528, 132) == 128);
+    CHECK(nnp_cuda_aev_atom_threads(529, 132) == 64 && nnp_cuda_aev_atom_threads(37105, 132) == 64);
     in.n_atoms = 37105;
     nnp_cuda_plan_aev_kernels(&t, &h200, &in, &k);
-    CHECK(k.aev_threads == NNP_CUDA_AEV_THREADS && k.aev_slices == 1 && k.bwd_slices == 1 && k.aev_acc_stride == 384 - 64);
-    /* its shared memory: the neighbour tables, 8 warps' accumulator rows and 256 rows of pair factors (15 floats) */
+    CHECK(k.aev_threads == 64 && k.aev_slices == 1 && k.bwd_slices == 1 && k.aev_acc_stride == 384 - 64);
+    /* its shared memory: the neighbour tables, an accumulator row per warp and a row of pair factors (15 floats) per thread */
     CHECK(NNP_CUDA_PAIR_STRIDE(12) == 15 && NNP_CUDA_PAIR_STRIDE(11) == 13);
-    CHECK(k.aev_shmem == nnp_cuda_aev_smem_base(21, 4) + 8 * (384 - 64) * 4 + NNP_CUDA_AEV_THREADS * 15 * 4);
+    CHECK(k.aev_shmem == nnp_cuda_aev_smem_base(21, 4) + 2 * (384 - 64) * 4 + 64 * 15 * 4);
     /* Few atoms, but more than the SMs would share: 1,024 threads, no slices when the terms do not
        allow lanes over ShfZ (nShfZ 5). */
     nnp_aev_kernel_input odd = {22, 21, 384, 64, 40, 5, 4, 4096, 13};
