@@ -61,11 +61,12 @@ __device__ AevAtom<real> aev_atom(unsigned char* smem, const AevParams<real>* __
  * 32 / nShfZ pairs per warp and the lanes over ShfZ, the three derivative sums added by a butterfly.
  */
 template <typename real, bool SPLIT>
-__global__ void __launch_bounds__(SPLIT ? AEV_THREADS : BWD_THREADS, SPLIT ? 1 : BWD_BLOCKS) k_aev_backward(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
-                                                              const NbrTables<real> T, const real* __restrict__ daev, int ld,
-                                                              const int* __restrict__ force_index, unsigned long long* __restrict__ forces,
-                                                              long long stride, double unit, const Finish fin, int with_finish,
-                                                              const DeferredSum<real> defer) {
+__global__ void __launch_bounds__(SPLIT ? AEV_THREADS : BWD_THREADS, SPLIT ? 1 : BWD_BLOCKS)
+    k_aev_backward(const AevParams<real>* __restrict__ params, const int* __restrict__ row_atom, int capacity,
+                   const NbrTables<real> T, const real* __restrict__ daev, int ld,
+                   const int* __restrict__ force_index, unsigned long long* __restrict__ forces,
+                   long long stride, double unit, const Finish fin, int with_finish,
+                   const DeferredSum<real> defer) {
     extern __shared__ unsigned char smem[];
     __shared__ AevParams<real> P;
     if (SPLIT && with_finish && blockIdx.x == 0) { /* the extra first block: the end of the evaluation (see Finish) */
