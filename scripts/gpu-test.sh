@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-large|sanitize-integrators|integrators|show|bench|bench-integrators|cublas|profile|kernels|stalls|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-large|sanitize-integrators|integrators|show|bench|bench-integrators|cublas|profile|kernels|stalls|source|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,14 +22,13 @@ steps=("$@")
 export OPENMM_DIR="$d/omm/OpenMM.libs"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export NNP_SHARED_DIR="$d/shared"
-for step in "${steps[@]}"; do
-  case "$step" in
-  build)
-    mkdir -p "$d/omm" "$d/shared/models/ani-model-zoo"
-    [ -d "$OPENMM_DIR" ] || tar xJf "$d/openmm-libs.tar.xz" -C "$d/omm"
-    [ -d "$d/shared/molecules" ] || tar xJf "$d/molecules.tar.xz" -C "$d/shared"
-    cp "$d/LICENSE-ani-model-zoo" "$d/shared/models/ani-model-zoo/LICENSE"
-    python3 - "$d" <<'PY'
+# OpenMM's libraries, the molecules and the models unpacked into .device (every call: carrying
+# .device to the GPU machine replaces the folder there, so what an earlier call unpacked is gone).
+mkdir -p "$d/omm" "$d/shared/models/ani-model-zoo"
+[ -d "$OPENMM_DIR" ] || tar xJf "$d/openmm-libs.tar.xz" -C "$d/omm"
+[ -d "$d/shared/molecules" ] || tar xJf "$d/molecules.tar.xz" -C "$d/shared"
+cp "$d/LICENSE-ani-model-zoo" "$d/shared/models/ani-model-zoo/LICENSE"
+python3 - "$d" <<'PY'
 import lzma, os, sys
 import numpy as np
 d = sys.argv[1]
@@ -42,6 +41,9 @@ for src, dst in (("ani1x", "ani-1x_8x.info"), ("ani2x", "ani-2x_8x.info")):
     open(target, "wb").write(raw[:n].reshape(4, -1).T.copy().tobytes() + raw[n:].tobytes())
     print("model", dst, len(raw), "bytes")
 PY
+for step in "${steps[@]}"; do
+  case "$step" in
+  build)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
     rm -f "$root/build-gpu/CMakeCache.txt"
     cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNNP_BUILD_PYTHON=OFF \
@@ -141,6 +143,21 @@ PY
         grep -E "^ +[0-9]+ +[0-9]+ \|" "/tmp/ab-bench-$i.log"
       done
     done ;;
+  source)
+    # Nsight Compute with source counters, per CUDA source line (build with CUDAFLAGS=-lineinfo:
+    # CUDAFLAGS=-lineinfo scripts/gpu-test.sh build source): each line's share of the kernel's warp
+    # samples and instructions and its top stall reasons (scripts/ncu-source-lines.py). SOURCE_KERNELS
+    # (regex, default k_aev), SOURCE_SKIP and SOURCE_COUNT (matching launches), SOURCE_SIZE (molecules,
+    # default 837); the report and its source page stay in .device/out.
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 240 ncu --clock-control none --kernel-name regex:"${SOURCE_KERNELS:-k_aev}" \
+      --launch-skip "${SOURCE_SKIP:-30}" --launch-count "${SOURCE_COUNT:-2}" --section SourceCounters --section WarpStateStats \
+      --section LaunchStats --section Occupancy --section SpeedOfLight --import-source yes -f -o "$out/source" \
+      "$root/build-gpu/bench/bench_nnp" "$d/shared" "${SOURCE_SIZE:-837}" > "$out/source-run.txt" 2>&1
+    echo "ncu source: exit $?"
+    ncu -i "$out/source.ncu-rep" --page details > "$out/source-details.txt" 2>&1
+    grep -E "^  [a-z_ ]+.*\(|Duration|Registers Per|Achieved Occupancy|Issued Warp Per|Warp Cycles Per Issued|Block Limit (Reg|Shared)" "$out/source-details.txt" | head -n 40
+    ncu -i "$out/source.ncu-rep" --page source --csv --print-source cuda,sass > "$out/source.csv" 2> "$out/source.err" \
+      && python3 "$root/scripts/ncu-source-lines.py" "$out/source.csv" "${SOURCE_LINES:-25}" ;;
   stalls)
     # Nsight Compute: what the warps of one molecule's evaluation wait on, per launch (cycles per
     # issued instruction, by stall reason, top 7), with each launch's time and instruction count.
