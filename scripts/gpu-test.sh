@@ -15,7 +15,7 @@ out="$d/out"
 rm -rf "$out"
 mkdir -p "$out"
 if [ -n "${OUT:-}" ] && [ "$OUT" != "$out" ]; then
-  trap 'tar czf "$OUT/gpu-test.tar.gz" -C "$d" out' EXIT
+  trap 'mkdir -p "$OUT" && tar czf "$OUT/gpu-test.tar.gz" -C "$d" out' EXIT
 fi
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(build test sanitize)
