@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-large|sanitize-integrators|integrators|show|bench|bench-integrators|cublas|profile|kernels|stalls|source|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-large|sanitize-integrators|integrators|show|bench|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -205,6 +205,37 @@ for name, xs in sorted(t.items(), key=lambda kv: -sum(kv[1])):
     print("  %-28s %4d launches  mean %9.2f us  total %10.1f us" % (name[:28], len(xs), sum(xs) / len(xs), sum(xs)))
 PY
     done ;;
+  utilization)
+    # Nsight Compute: per launch, what each unit is busy with (of its sustained peak): L2 throughput
+    # (and bytes per second), the tensor pipe, issue slots, DRAM, and the warps resident. UTIL_KERNELS
+    # (regex, default k_gemm_big_h), UTIL_SKIP and UTIL_COUNT (matching launches; 6 = one evaluation's
+    # many-row GEMMs), UTIL_SIZE (molecules, default 837).
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout "${UTIL_TIMEOUT:-300}" ncu --clock-control none \
+      --kernel-name regex:"${UTIL_KERNELS:-k_gemm_big_h}" --launch-skip "${UTIL_SKIP:-30}" --launch-count "${UTIL_COUNT:-6}" --csv \
+      --metrics gpu__time_duration.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__inst_issued.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
+      "$root/build-gpu/bench/bench_nnp" "$d/shared" "${UTIL_SIZE:-837}" > "$out/utilization.csv" 2> "$out/utilization.err"
+    echo "ncu utilization: exit $?"
+    python3 - "$out/utilization.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: sys.exit("  no kernel rows")
+h = rows[0]; I, K, N, U, V = (h.index(x) for x in ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"))
+per = collections.OrderedDict()
+for r in rows[1:]:
+    per.setdefault((r[I], r[K].split("(")[0][:32]), {})[r[N]] = (r[U], float(r[V].replace(",", "")))
+scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+tb = {"byte/s": 1e-12, "Kbyte/s": 1e-9, "Mbyte/s": 1e-6, "Gbyte/s": 1e-3, "Tbyte/s": 1.0}
+print("  %4s %-32s %9s %6s %7s %7s %7s %6s %7s" % ("id", "kernel", "us", "L2 %", "L2 TB/s", "tensor%", "issue%", "DRAM%", "warps%"))
+for (i, k), m in per.items():
+    g = lambda n: m.get(n, ("", float("nan")))
+    t = g("gpu__time_duration.sum"); b = g("lts__t_bytes.sum.per_second")
+    print("  %4s %-32s %9.1f %6.1f %7.2f %7.1f %7.1f %6.1f %7.1f" % (i, k, t[1] * scale.get(t[0], 1.0),
+          g("lts__throughput.avg.pct_of_peak_sustained_elapsed")[1], b[1] * tb.get(b[0], float("nan")),
+          g("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed")[1],
+          g("sm__inst_issued.avg.pct_of_peak_sustained_active")[1],
+          g("dram__throughput.avg.pct_of_peak_sustained_elapsed")[1], g("sm__warps_active.avg.pct_of_peak_sustained_active")[1]))
+PY
+    ;;
   bench-integrators)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_integrators" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench-integrators.txt" ;;
   bench)
