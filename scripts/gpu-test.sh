@@ -168,21 +168,7 @@ for step in "${steps[@]}"; do
       --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,gpu__time_duration.sum,smsp__inst_executed.sum" \
       "$root/build-gpu/bench/bench_nnp" "$d/shared" "${STALL_SIZE:-1}" > "$out/stalls.csv" 2> "$out/stalls.err"
     echo "ncu stalls: exit $?"
-    python3 - "$out/stalls.csv" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows: sys.exit("  no kernel rows")
-h = rows[0]; I, K, N, V = h.index("ID"), h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Value")
-per = collections.OrderedDict()
-for r in rows[1:]:
-    per.setdefault((r[I], r[K][:40]), {})[r[N]] = r[V].replace(",", "")
-for (i, k), m in per.items():
-    st = {n.replace("smsp__average_warps_issue_stalled_", "").replace("_per_issue_active.ratio", ""): float(v)
-          for n, v in m.items() if "stalled" in n}
-    top = sorted(st.items(), key=lambda x: -x[1])[:7]
-    print(f"{i:>4} {k:40s} {m.get('gpu__time_duration.sum', '?'):>7} ns, {m.get('smsp__inst_executed.sum', '?'):>8} instructions | "
-          + ", ".join(f"{a} {b:.2f}" for a, b in top))
-PY
+    python3 "$root/scripts/ncu-table.py" stalls "$out/stalls.csv"
     ;;
   kernels)
     # Per-kernel GPU times (Nsight Compute, gpu__time_duration) of bench_nnp at each of BENCH_SIZES
@@ -192,18 +178,7 @@ PY
         --launch-skip "${KERNEL_SKIP:-300}" --launch-count "${KERNEL_COUNT:-100}" --csv \
         "$root/build-gpu/bench/bench_nnp" "$d/shared" "$n" > "$out/kernels-$n.csv" 2> "$out/kernels-$n.err"
       echo "ncu kernels, $n molecule(s): exit $?"
-      python3 - "$out/kernels-$n.csv" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14]
-if not rows: sys.exit("  no kernel rows")
-h = rows[0]; k, u, v = h.index("Kernel Name"), h.index("Metric Unit"), h.index("Metric Value")
-t = collections.defaultdict(list)
-for r in rows[1:]:
-    x = float(r[v].replace(",", "")) * {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}.get(r[u], 1.0)
-    t[r[k].split("(")[0].split("<")[0]].append(x)
-for name, xs in sorted(t.items(), key=lambda kv: -sum(kv[1])):
-    print("  %-28s %4d launches  mean %9.2f us  total %10.1f us" % (name[:28], len(xs), sum(xs) / len(xs), sum(xs)))
-PY
+      python3 "$root/scripts/ncu-table.py" kernels "$out/kernels-$n.csv"
     done ;;
   utilization)
     # Nsight Compute: per launch, what each unit is busy with (of its sustained peak): L2 throughput
@@ -215,26 +190,7 @@ PY
       --metrics gpu__time_duration.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__inst_issued.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
       "$root/build-gpu/bench/bench_nnp" "$d/shared" "${UTIL_SIZE:-837}" > "$out/utilization.csv" 2> "$out/utilization.err"
     echo "ncu utilization: exit $?"
-    python3 - "$out/utilization.csv" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows: sys.exit("  no kernel rows")
-h = rows[0]; I, K, N, U, V = (h.index(x) for x in ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"))
-per = collections.OrderedDict()
-for r in rows[1:]:
-    per.setdefault((r[I], r[K].split("(")[0][:32]), {})[r[N]] = (r[U], float(r[V].replace(",", "")))
-scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
-tb = {"byte/s": 1e-12, "Kbyte/s": 1e-9, "Mbyte/s": 1e-6, "Gbyte/s": 1e-3, "Tbyte/s": 1.0}
-print("  %4s %-32s %9s %6s %7s %7s %7s %6s %7s" % ("id", "kernel", "us", "L2 %", "L2 TB/s", "tensor%", "issue%", "DRAM%", "warps%"))
-for (i, k), m in per.items():
-    g = lambda n: m.get(n, ("", float("nan")))
-    t = g("gpu__time_duration.sum"); b = g("lts__t_bytes.sum.per_second")
-    print("  %4s %-32s %9.1f %6.1f %7.2f %7.1f %7.1f %6.1f %7.1f" % (i, k, t[1] * scale.get(t[0], 1.0),
-          g("lts__throughput.avg.pct_of_peak_sustained_elapsed")[1], b[1] * tb.get(b[0], float("nan")),
-          g("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed")[1],
-          g("sm__inst_issued.avg.pct_of_peak_sustained_active")[1],
-          g("dram__throughput.avg.pct_of_peak_sustained_elapsed")[1], g("sm__warps_active.avg.pct_of_peak_sustained_active")[1]))
-PY
+    python3 "$root/scripts/ncu-table.py" utilization "$out/utilization.csv"
     ;;
   bench-integrators)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_integrators" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench-integrators.txt" ;;
