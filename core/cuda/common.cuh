@@ -42,12 +42,44 @@ __device__ __forceinline__ double dsqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float dexpm1(float x) { return expm1f(x); }
 __device__ __forceinline__ double dexpm1(double x) { return expm1(x); }
 
-/* CELU(α = 0.1) and its derivative expressed through the output y (exp(z/α) = y/α + 1). */
+/*
+ * expm1(x) for float x <= 0, within about one ulp, in about 15 instructions (expm1f takes about
+ * twice that, with branches for the ranges this never sees): x = j·ln2 + r with |r| <= ln2/2
+ * (Cody–Waite: j·ln2's high part is exact for |j| < 512), expm1(r) by its Taylor series to r^8
+ * (remainder below 3e-10 of r), then 2^j·(1 + expm1(r)) − 1 = fma(2^j, expm1(r), 2^j − 1), where
+ * 2^j − 1 is exact for j >= −24 and −1 to float precision below. x is clamped at −80 (expm1 is −1
+ * to float precision from −17), which keeps 2^j normal.
+ */
+__device__ __forceinline__ float expm1_nonpositive(float x) {
+    x = fmaxf(x, -80.f);
+    const float j = rintf(x * 1.44269504f);
+    float r = fmaf(j, -0.693145751953125f, x); /* ln2's high part: 0x3f317200 */
+    r = fmaf(j, -1.42860677e-6f, r);            /* and the rest: ln2 − 0x1.62e4p-1 */
+    float c = fmaf(r, 1.f / 40320.f, 1.f / 5040.f);
+    c = fmaf(r, c, 1.f / 720.f);
+    c = fmaf(r, c, 1.f / 120.f);
+    c = fmaf(r, c, 1.f / 24.f);
+    c = fmaf(r, c, 1.f / 6.f);
+    c = fmaf(r, c, 0.5f);
+    const float p = fmaf(r * r, c, r);
+    const float s = __int_as_float(((int)j + 127) << 23);
+    return fmaf(s, p, s - 1.f);
+}
+
+/* CELU(α = 0.1) and its derivative expressed through the output y (exp(z/α) = y/α + 1). In float,
+   z/α as z·10 (1/α is 10 exactly: closer to the double evaluation than a division by 0.1f, and no
+   division's instruction sequence) and expm1 by expm1_nonpositive; in double, as written. */
 template <typename real> __device__ __forceinline__ real celu(real z) {
     return z > 0 ? z : (real)NNP_CELU_ALPHA * dexpm1(z / (real)NNP_CELU_ALPHA);
 }
+template <> __device__ __forceinline__ float celu(float z) {
+    return z > 0.f ? z : (float)NNP_CELU_ALPHA * expm1_nonpositive(z * (float)(1.0 / NNP_CELU_ALPHA));
+}
 template <typename real> __device__ __forceinline__ real celu_deriv_from_output(real y) {
     return y > 0 ? (real)1 : y / (real)NNP_CELU_ALPHA + (real)1;
+}
+template <> __device__ __forceinline__ float celu_deriv_from_output(float y) {
+    return y > 0.f ? 1.f : fmaf(y, (float)(1.0 / NNP_CELU_ALPHA), 1.f);
 }
 
 __device__ __forceinline__ void add_fixed(unsigned long long* target, double value) {

@@ -544,27 +544,32 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
     if constexpr (PRE) {
         /* Presplit activations: every stage (A's 128 rows × one 128-byte chunk, their inverse scales,
            the weights' fragments) copied by cp.async, TP_STAGES in flight; A's fragments read by
-           ldmatrix (lane l gives the address of row l mod 8 + 8·(l / 8 mod 2), 16-byte block l / 16). */
+           ldmatrix (lane l gives the address of row l mod 8 + 8·(l / 8 mod 2), 16-byte block l / 16).
+           Each thread copies from addresses it keeps across stages (recomputing them per stage cost
+           2% at 837 molecules): A's rows ar + 32·i at uint4 ac of the chunk, the inverse scale of row
+           t (t < 128), the weights' 16 bytes of column bn at 4-byte group kq0 + 4·i. */
         const int nk = (kend - kbegin + TH_BK - 1) / TH_BK, c0 = kbegin / TH_BK;
+        const int ar = t / 8, ac = t % 8, bn = t / 4, kq0 = kbegin / 4 + t % 4;
+        const uint4* const a_src = job.Ap + (size_t)(row0 + ar) * job.ldp + (size_t)c0 * 8 + ac;
+        const size_t a_step = (size_t)32 * job.ldp;
+        const float* const s_src = job.As + (size_t)(row0 + t) * job.lds + c0;
+        const bool s_ok = t < TH_BM && row0 + t < job.m, b_ok = col0 + bn < job.n;
+        const uint4* const b_src = job.B16 + (size_t)(col0 + bn) * job.ldq + kq0;
         auto load_stage = [&](int buf, int kt) {
             uint4* const as = th_smem + buf * TP_STAGE;
             uint4* const bs = as + TP_STAGE_A;
             float* const sc = (float*)(bs + TH_STAGE_B);
+            const uint4* src = a_src + (size_t)kt * 8;
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int e = t + 256 * i, r = e / 8, c = e % 8;
-                const bool ok = row0 + r < job.m;
-                cp_async16(as + r * TP_LDA + c, ok ? job.Ap + (size_t)(row0 + r) * job.ldp + (size_t)(c0 + kt) * 8 + c : job.Ap, ok);
+            for (int i = 0; i < 4; i++, src += a_step) {
+                const bool ok = row0 + ar + 32 * i < job.m;
+                cp_async16(as + (ar + 32 * i) * TP_LDA + ac, ok ? src : job.Ap, ok);
             }
-            if (t < TH_BM) {
-                const bool ok = row0 + t < job.m;
-                cp_async4(sc + t, ok ? job.As + (size_t)(row0 + t) * job.lds + c0 + kt : job.As, ok);
-            }
+            if (t < TH_BM) cp_async4(sc + t, s_ok ? s_src + kt : job.As, s_ok);
 #pragma unroll
             for (int i = 0; i < 2; i++) {
-                const int n = t / 4, kq = kbegin / 4 + kt * (TH_BK / 4) + 4 * i + t % 4;
-                const bool ok = col0 + n < job.n && kq < job.ldq;
-                cp_async16(bs + i * (TH_BN * 4) + t, ok ? job.B16 + (size_t)(col0 + n) * job.ldq + kq : job.B16, ok);
+                const bool ok = b_ok && kq0 + kt * (TH_BK / 4) + 4 * i < job.ldq;
+                cp_async16(bs + i * (TH_BN * 4) + t, ok ? b_src + kt * (TH_BK / 4) + 4 * i : job.B16, ok);
             }
         };
 #pragma unroll
