@@ -43,8 +43,8 @@ __device__ __forceinline__ float dexpm1(float x) { return expm1f(x); }
 __device__ __forceinline__ double dexpm1(double x) { return expm1(x); }
 
 /*
- * expm1(x) for float x <= 0, within about one ulp, in about 15 instructions (expm1f takes about
- * twice that, with branches for the ranges this never sees): x = j·ln2 + r with |r| <= ln2/2
+ * expm1(x) for float x <= 0, within about one ulp (docs/cuda.md, Precision), in fused multiply-adds
+ * without branches (expm1f also handles the ranges this never sees): x = j·ln2 + r with |r| <= ln2/2
  * (Cody–Waite: j·ln2's high part is exact for |j| < 512), expm1(r) by its Taylor series to r^8
  * (remainder below 3e-10 of r), then 2^j·(1 + expm1(r)) − 1 = fma(2^j, expm1(r), 2^j − 1), where
  * 2^j − 1 is exact for j >= −24 and −1 to float precision below. x is clamped at −80 (expm1 is −1
