@@ -67,6 +67,9 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
         configure_kernel(k_gemm_big_h<EPI_DERIV, false, true>, 256, TP_SMEM);
         configure_kernel(k_gemm_big_h<EPI_NONE, false, true>, 256, TP_SMEM);
         configure_kernel(k_gemm_big_h<EPI_OUT, false, true>, 256, TP_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, true, true>, 256, TP_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_DERIV, true, true>, 256, TP_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_NONE, true, true>, 256, TP_SMEM);
         configure_kernel(k_presplit, 256, 0);
         configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, false, false>, 256, TH_SMEM);
         configure_kernel(k_gemm_big_h<EPI_DERIV, false, false>, 256, TH_SMEM);
@@ -386,8 +389,8 @@ template <typename real> static nnp_status plan_gemm_launches(Build<real>& b, co
     return NNP_OK;
 }
 
-/* Presplit activations (tuning presplit; see k_presplit): each launch on k_gemm_big_h without
-   split-K whose jobs read A in whole chunks of 32 (row stride and first column multiples of 32; k a
+/* Presplit activations (tuning presplit; see k_presplit): each launch on k_gemm_big_h (split over k
+   or not: a part's k begins at a multiple of 32, a chunk) whose jobs read A in whole chunks of 32 (row stride and first column multiples of 32; k a
    multiple of 32, or A the AEV, whose columns past a class's prefix and past aev_live are zero) reads
    it from one of two buffers of FP16 pairs taken in turn. The launch that produces A writes it there
    itself where it is k_gemm_big_h without split-K with whole chunks of C (ldc, first column and n
@@ -403,7 +406,7 @@ template <typename real> static nnp_status plan_presplit(Build<real>& b) {
             const int h = pass ? L - 1 - i : i; /* in launch order */
             GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
             g.presplit = 0, g.split_by_producer = 0;
-            if (sizeof(real) != 4 || !s->tuning.presplit || g.kernel != NNP_GEMM_BIG_H || g.ksplit > 1) continue;
+            if (sizeof(real) != 4 || !s->tuning.presplit || g.kernel != NNP_GEMM_BIG_H) continue;
             const real* X = pass ? (const real*)s->D[h] : h == 0 ? (const real*)s->aev : (const real*)s->Y[h - 1];
             const size_t size = pass ? b.ysize[h] : h == 0 ? (size_t)s->n_atoms * s->aev_ld : b.ysize[h - 1];
             bool ok = size % PRE_CHUNK == 0 && size / PRE_CHUNK < (size_t)INT_MAX;

@@ -35,7 +35,10 @@ template <int EPI> static void big_h(const GemmJob<float>* jobs, const GemmLaunc
     if (g.presplit) {
         if (!g.split_by_producer)
             launch_k(pdl, k_presplit, dim3((g.split_chunks + 31) / 32), dim3(256), 0, stream, g.split_src, g.split_chunks, g.split_p, g.split_inv);
-        launch_k(pdl, k_gemm_big_h<EPI, false, true>, grid, dim3(256), TP_SMEM, stream, jobs, 1, g.counters, fuse);
+        if (g.ksplit > 1)
+            launch_k(pdl, k_gemm_big_h<EPI, true, true>, grid, dim3(256), TP_SMEM, stream, jobs, g.ksplit, g.counters, fuse);
+        else
+            launch_k(pdl, k_gemm_big_h<EPI, false, true>, grid, dim3(256), TP_SMEM, stream, jobs, 1, g.counters, fuse);
     } else if (g.ksplit > 1)
         launch_k(pdl, k_gemm_big_h<EPI, true, false>, grid, dim3(256), TH_SMEM, stream, jobs, g.ksplit, g.counters, fuse);
     else

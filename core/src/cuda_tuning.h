@@ -36,7 +36,7 @@ typedef struct nnp_cuda_tuning {
                              GEMM's last blocks; same bits */
     int fuse_output;      /* the output layer inside the last hidden layer's forward where that runs on
                              k_gemm_mma or k_gemm_big_h without split-K (1), else k_output */
-    int presplit;         /* k_gemm_big_h without split-K reads its activations split into FP16 pairs once, by
+    int presplit;         /* k_gemm_big_h (split over k or not) reads its activations split into FP16 pairs once, by
                              k_presplit, instead of by each of its blocks (1); same bits */
     /* AEV kernels (nnp_cuda_plan_aev_kernels) */
     int aev_slices;       /* blocks per atom of k_aev for few atoms: 0 chooses (default), 1 none, n forces n */

@@ -605,11 +605,23 @@ int main(void) {
            split-K kernel (big_tensor_cores = 0); double. */
         system_t mid = make_large_system(10);
         compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
-        /* the first layer's forward and backward (k = 1,008 and 2,048) split over k read float32; the
-           other layers (k <= 256: one part) run whole and presplit, the second forward's activations
-           split by k_presplit (their producer was split) */
-        expect_modes("10 molecules", (const int32_t[]){NNP_CUDA_A_FLOAT32, NNP_CUDA_A_PRESPLIT, NNP_CUDA_A_BY_PRODUCER,
-                                                       NNP_CUDA_A_BY_PRODUCER, NNP_CUDA_A_BY_PRODUCER, NNP_CUDA_A_FLOAT32}, 6);
+        /* every launch reads presplit activations: the first layer's forward and backward (k = 1,008
+           and 2,048) split over k, their parts chunk-aligned; the AEV and the second forward's
+           activations split by k_presplit (the latter's producer was split), the others written as
+           pairs by the launch before */
+        expect_modes("10 molecules", (const int32_t[]){NNP_CUDA_A_PRESPLIT, NNP_CUDA_A_PRESPLIT, NNP_CUDA_A_BY_PRODUCER,
+                                                       NNP_CUDA_A_BY_PRODUCER, NNP_CUDA_A_BY_PRODUCER, NNP_CUDA_A_BY_PRODUCER}, 6);
+        /* ... and the same bits as each block splitting its activations itself (presplit = 0), also
+           with parts of 96 k (the last of 48) */
+        {
+            nnp_cuda_tuning base10, presplit0;
+            nnp_cuda_tuning_defaults(&presplit0);
+            presplit0.presplit = 0;
+            compare_bitwise(model, &mid, NULL, &presplit0, "10 molecules, activations split by k_gemm_big_h (presplit = 0)");
+            nnp_cuda_tuning_defaults(&base10);
+            base10.split_k_tensor = presplit0.split_k_tensor = 96;
+            compare_bitwise(model, &mid, &base10, &presplit0, "10 molecules, split_k_tensor = 96, presplit = 0");
+        }
         compare_with_cpu(model, &mid, 1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         tuning.split_k_tensor = 96;
         compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
