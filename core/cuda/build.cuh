@@ -31,6 +31,17 @@ template <typename K> static void configure_kernel(K* kernel, int threads, size_
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
 }
 
+/* k_gemm_big_h with presplit activations, tiles of 64·MI rows */
+template <int MI> static void configure_big_h() {
+    configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, false, true, MI>, 256, TP_SMEM_OF(64 * MI));
+    configure_kernel(k_gemm_big_h<EPI_DERIV, false, true, MI>, 256, TP_SMEM_OF(64 * MI));
+    configure_kernel(k_gemm_big_h<EPI_NONE, false, true, MI>, 256, TP_SMEM_OF(64 * MI));
+    configure_kernel(k_gemm_big_h<EPI_OUT, false, true, MI>, 256, TP_SMEM_OF(64 * MI));
+    configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, true, true, MI>, 256, TP_SMEM_OF(64 * MI));
+    configure_kernel(k_gemm_big_h<EPI_DERIV, true, true, MI>, 256, TP_SMEM_OF(64 * MI));
+    configure_kernel(k_gemm_big_h<EPI_NONE, true, true, MI>, 256, TP_SMEM_OF(64 * MI));
+}
+
 template <typename real> static void preload(const nnp_cuda_state* s) {
     configure_kernel(k_inverse_order, 256, 0);
     configure_kernel(k_aev<real, false>, s->aevk.aev_threads, s->aevk.aev_shmem);
@@ -63,21 +74,16 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
         configure_kernel(k_gemm_big_tc<true, EPI_BIAS_CELU>, 256, TC_SMEM(true));
         configure_kernel(k_gemm_big_tc<false, EPI_DERIV>, 256, TC_SMEM(false));
         configure_kernel(k_gemm_big_tc<false, EPI_NONE>, 256, TC_SMEM(false));
-        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, false, true>, 256, TP_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_DERIV, false, true>, 256, TP_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_NONE, false, true>, 256, TP_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_OUT, false, true>, 256, TP_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, true, true>, 256, TP_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_DERIV, true, true>, 256, TP_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_NONE, true, true>, 256, TP_SMEM);
+        configure_big_h<1>();
+        configure_big_h<2>();
         configure_kernel(k_presplit, 256, 0);
-        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, false, false>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_DERIV, false, false>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_NONE, false, false>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, true, false>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_DERIV, true, false>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_NONE, true, false>, 256, TH_SMEM);
-        configure_kernel(k_gemm_big_h<EPI_OUT, false, false>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, false, false, 2>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_DERIV, false, false, 2>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_NONE, false, false, 2>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_BIAS_CELU, true, false, 2>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_DERIV, true, false, 2>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_NONE, true, false, 2>, 256, TH_SMEM);
+        configure_kernel(k_gemm_big_h<EPI_OUT, false, false, 2>, 256, TH_SMEM);
         configure_kernel(k_output_rows, 256, 0);
     }
 }
@@ -368,7 +374,7 @@ template <typename real> static nnp_status plan_gemm_launches(Build<real>& b, co
                 shape.max_mn = max(shape.max_mn, job.m * job.n);
             }
             const nnp_gemm_choice c = nnp_cuda_plan_gemm(&s->tuning, &shape);
-            g.kernel = c.kernel, g.ksplit = c.ksplit, g.max_mn = shape.max_mn;
+            g.kernel = c.kernel, g.ksplit = c.ksplit, g.tile_rows = c.tile_rows, g.max_mn = shape.max_mn;
             size_t offset = 0;
             for (int j = 0; g.ksplit > 1 && j < g.jobs; j++) {
                 b.partial_at[g.job0 + j] = offset;

@@ -201,9 +201,9 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
 /* A warp's 32×32 results of the tensor-core kernels: 2×4 mma fragments of 4. */
-__device__ __forceinline__ void zero_fragments(float (&f)[2][4][4]) {
+template <int MI> __device__ __forceinline__ void zero_fragments(float (&f)[MI][4][4]) {
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -381,9 +381,9 @@ __global__ void __launch_bounds__(256) k_presplit(const float* __restrict__ x, i
    TH_STAGE_B) and A's 128 inverse scales; TP_STAGES stages in flight. */
 #define TP_STAGES 3
 #define TP_LDA 9
-#define TP_STAGE_A (TH_BM * TP_LDA)
-#define TP_STAGE (TP_STAGE_A + TH_STAGE_B + TH_BM / 4)
-#define TP_SMEM (TP_STAGES * TP_STAGE * sizeof(uint4))
+#define TP_STAGE_OF(BM) ((BM) * TP_LDA + TH_STAGE_B + (BM) / 4) /* uint4 per stage of a BM-row tile */
+#define TP_SMEM_OF(BM) (TP_STAGES * TP_STAGE_OF(BM) * sizeof(uint4))
+#define TP_SMEM TP_SMEM_OF(TH_BM)
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(src), "r"(valid ? 4 : 0) : "memory");
@@ -395,16 +395,17 @@ __device__ __forceinline__ void ldmatrix_x4(uint4& r, const uint4* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(a));
 }
 
-/* A warp's 32×32 results of k_gemm_big_h (v[mi][ni][row g, g + 8]: columns 8·ni + 2q, + 1 of the
+/* A warp's (16·MI)×32 results of k_gemm_big_h (v[mi][ni][row g, g + 8]: columns 8·ni + 2q, + 1 of the
    tile's rows wm + 16·mi + g + 8·h), one presplit chunk per row, written as FP16 pairs to P (ldp
    uint4 per row) and inverse scales to S (lds per row), chunk `chunk` of each row, rows below m;
    st: 32 × PRE_STAGE_LD words of shared memory that only this warp uses. Every lane takes part. */
 #define PRE_STAGE_LD 36
-__device__ __forceinline__ void write_presplit(const float2 (&v)[2][4][2], uint4* __restrict__ P, float* __restrict__ S, int ldp, int lds,
+template <int MI>
+__device__ __forceinline__ void write_presplit(const float2 (&v)[MI][4][2], uint4* __restrict__ P, float* __restrict__ S, int ldp, int lds,
                                                int chunk, int row0, int m, unsigned* st) {
     const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             float mx = 0.f;
@@ -423,7 +424,7 @@ __device__ __forceinline__ void write_presplit(const float2 (&v)[2][4][2], uint4
         }
     __syncwarp();
 #pragma unroll
-    for (int i = 0; i < 8; i++) { /* 32 rows × 8 uint4, 4 rows per step */
+    for (int i = 0; i < 4 * MI; i++) { /* 16·MI rows × 8 uint4, 4 rows per step */
         const int e = i * 32 + lane, lr = e / 8, u = e % 8, r = row0 + lr;
         if (r < m) P[(size_t)r * ldp + (size_t)chunk * 8 + u] = *(const uint4*)(st + lr * PRE_STAGE_LD + 4 * u);
     }
@@ -436,26 +437,28 @@ __device__ __forceinline__ void write_presplit(const float2 (&v)[2][4][2], uint4
    fragments of its two 16-row tiles, B's of its four 8-column tiles: high k 4q..4q+1, 4q+2..4q+3,
    low likewise), small terms first, each term over all 8 accumulators before the next: 8
    independent mma between dependent ones. */
-__device__ __forceinline__ void mma_pair_step(float (&acc)[2][4][4], const uint4 (&ah)[2], const uint4 (&al)[2], const uint4 (&b)[4]) {
+template <int MI>
+__device__ __forceinline__ void mma_pair_step(float (&acc)[MI][4][4], const uint4 (&ah)[MI], const uint4 (&al)[MI], const uint4 (&b)[4]) {
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], al[mi].x, al[mi].y, al[mi].z, al[mi].w, b[ni].x, b[ni].y);
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, b[ni].z, b[ni].w);
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++) mma_f16(acc[mi][ni], ah[mi].x, ah[mi].y, ah[mi].z, ah[mi].w, b[ni].x, b[ni].y);
 }
 /* a k-stage's sums, scaled back by their rows' inverse scales (inv[r0 + 16·mi + g] and + 8 for the
    rows g and g + 8 of the warp's 16-row tile mi, r0 its first row), added into the result with
    rounding */
-__device__ __forceinline__ void add_stage(float (&sum)[2][4][4], const float (&acc)[2][4][4], const float* inv, int r0, int g) {
+template <int MI>
+__device__ __forceinline__ void add_stage(float (&sum)[MI][4][4], const float (&acc)[MI][4][4], const float* inv, int r0, int g) {
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++) {
+    for (int mi = 0; mi < MI; mi++) {
         const float u0 = inv[r0 + mi * 16 + g], u1 = inv[r0 + mi * 16 + g + 8];
 #pragma unroll
         for (int ni = 0; ni < 4; ni++)
@@ -468,7 +471,8 @@ __device__ __forceinline__ void add_stage(float (&sum)[2][4][4], const float (&a
    the weights' scale; red: 128 floats of shared memory no thread reads any more. Each row's sum is
    formed over this thread's 8 columns, then the 4 lanes of the row, then the two warps of the same
    rows, in that order. */
-__device__ __forceinline__ void big_output(const GemmJob<float>& job, int row0, int col0, int wm, int wn, const float (&sum)[2][4][4],
+template <int MI>
+__device__ __forceinline__ void big_output(const GemmJob<float>& job, int row0, int col0, int wm, int wn, const float (&sum)[MI][4][4],
                                            const OutFuse& fuse, float* red) {
     const OutputJob<float> o = fuse.jobs[job.group];
     const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
@@ -480,10 +484,12 @@ __device__ __forceinline__ void big_output(const GemmJob<float>& job, int row0, 
         if (col < job.n)
             bias[ni] = __ldg((const float2*)(job.bias + col)), w[ni] = __ldg((const float2*)(o.w_out + job.member * o.width + col));
     }
-    float e[2][2] = {{0.f, 0.f}, {0.f, 0.f}}; /* [mi][row g, g + 8] */
-    float2 d[2][4][2];                        /* delta, as write_presplit takes it */
+    float e[MI][2];   /* [mi][row g, g + 8] */
+    float2 d[MI][4][2]; /* delta, as write_presplit takes it */
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++) e[mi][0] = e[mi][1] = 0.f;
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int r = row0 + wm + mi * 16 + g + 8 * h;
@@ -505,18 +511,18 @@ __device__ __forceinline__ void big_output(const GemmJob<float>& job, int row0, 
 #pragma unroll
     for (int off = 1; off < 4; off <<= 1)
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++) e[mi][h] += __shfl_xor_sync(0xffffffffu, e[mi][h], off);
     if (wn != 0 && q == 0)
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++) red[wm + mi * 16 + g + 8 * h] = e[mi][h];
     __syncthreads();
     if (wn == 0 && q == 0)
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = wm + mi * 16 + g + 8 * h;
@@ -525,47 +531,51 @@ __device__ __forceinline__ void big_output(const GemmJob<float>& job, int row0, 
             }
 }
 
-template <int EPI, bool SPLIT, bool PRE>
+/* MI: 16-row tiles per warp; the block's tile is 64·MI rows × 64 (MI = 1: only with presplit
+   activations, for middle row counts; see big_h). */
+template <int EPI, bool SPLIT, bool PRE, int MI>
 __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __restrict__ jobs, int ksplit_arg, int* __restrict__ counters,
                                                        const OutFuse fuse) {
+    static_assert(MI == 2 || (MI == 1 && PRE), "64-row tiles only with presplit activations");
+    constexpr int BM = 64 * MI;
     const int ksplit = SPLIT ? ksplit_arg : 1; /* SPLIT: middle row counts, split over k (ksplit_arg > 1) */
     const GemmJob<float> job = jobs[blockIdx.z / ksplit];
     pdl_start();
-    const int row0 = blockIdx.y * TH_BM, col0 = blockIdx.x * TH_BN;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * TH_BN;
     if (row0 >= job.m || col0 >= job.n) return;
     /* split-K part blockIdx.z mod ksplit: k in [kbegin, kend), whole stages but the last */
     const int part = blockIdx.z % ksplit, kc = ((job.k + ksplit - 1) / ksplit + TH_BK - 1) / TH_BK * TH_BK;
     const int kbegin = min(job.k, part * kc), kend = min(job.k, kbegin + kc);
     extern __shared__ uint4 th_smem[];
     const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, q = lane % 4;
-    const int wm = (warp / 2) * 32, wn = (warp % 2) * 32; /* this warp's 32×32 results in the tile */
-    float sum[2][4][4]; /* the result so far, rounded to nearest after each k-stage */
+    const int wm = (warp / 2) * 16 * MI, wn = (warp % 2) * 32; /* this warp's (16·MI)×32 results in the tile */
+    float sum[MI][4][4]; /* the result so far, rounded to nearest after each k-stage */
     zero_fragments(sum);
     if constexpr (PRE) {
-        /* Presplit activations: every stage (A's 128 rows × one 128-byte chunk, their inverse scales,
+        /* Presplit activations: every stage (A's BM rows × one 128-byte chunk, their inverse scales,
            the weights' fragments) copied by cp.async, TP_STAGES in flight; A's fragments read by
            ldmatrix (lane l gives the address of row l mod 8 + 8·(l / 8 mod 2), 16-byte block l / 16).
            Each thread copies from addresses it keeps across stages (recomputing them per stage cost
            2% at 837 molecules): A's rows ar + 32·i at uint4 ac of the chunk, the inverse scale of row
-           t (t < 128), the weights' 16 bytes of column bn at 4-byte group kq0 + 4·i. */
+           t (t < BM), the weights' 16 bytes of column bn at 4-byte group kq0 + 4·i. */
         const int nk = (kend - kbegin + TH_BK - 1) / TH_BK, c0 = kbegin / TH_BK;
         const int ar = t / 8, ac = t % 8, bn = t / 4, kq0 = kbegin / 4 + t % 4;
         const uint4* const a_src = job.Ap + (size_t)(row0 + ar) * job.ldp + (size_t)c0 * 8 + ac;
         const size_t a_step = (size_t)32 * job.ldp;
         const float* const s_src = job.As + (size_t)(row0 + t) * job.lds + c0;
-        const bool s_ok = t < TH_BM && row0 + t < job.m, b_ok = col0 + bn < job.n;
+        const bool s_ok = t < BM && row0 + t < job.m, b_ok = col0 + bn < job.n;
         const uint4* const b_src = job.B16 + (size_t)(col0 + bn) * job.ldq + kq0;
         auto load_stage = [&](int buf, int kt) {
-            uint4* const as = th_smem + buf * TP_STAGE;
-            uint4* const bs = as + TP_STAGE_A;
+            uint4* const as = th_smem + buf * TP_STAGE_OF(BM);
+            uint4* const bs = as + BM * TP_LDA;
             float* const sc = (float*)(bs + TH_STAGE_B);
             const uint4* src = a_src + (size_t)kt * 8;
 #pragma unroll
-            for (int i = 0; i < 4; i++, src += a_step) {
+            for (int i = 0; i < 2 * MI; i++, src += a_step) {
                 const bool ok = row0 + ar + 32 * i < job.m;
                 cp_async16(as + (ar + 32 * i) * TP_LDA + ac, ok ? src : job.Ap, ok);
             }
-            if (t < TH_BM) cp_async4(sc + t, s_ok ? s_src + kt : job.As, s_ok);
+            if (t < BM) cp_async4(sc + t, s_ok ? s_src + kt : job.As, s_ok);
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 const bool ok = b_ok && kq0 + kt * (TH_BK / 4) + 4 * i < job.ldq;
@@ -583,18 +593,18 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
             __syncthreads();        /* for every thread's; and every read of stage kt − 1 is done */
             if (kt + TP_STAGES - 1 < nk) load_stage((kt + TP_STAGES - 1) % TP_STAGES, kt + TP_STAGES - 1);
             cp_async_commit();
-            const uint4* const as = th_smem + (kt % TP_STAGES) * TP_STAGE;
-            const uint4* const bs = as + TP_STAGE_A;
+            const uint4* const as = th_smem + (kt % TP_STAGES) * TP_STAGE_OF(BM);
+            const uint4* const bs = as + BM * TP_LDA;
             const float* const sc = (const float*)(bs + TH_STAGE_B);
-            float acc[2][4][4];
+            float acc[MI][4][4];
             zero_fragments(acc);
 #pragma unroll
             for (int s = 0; s < 2; s++) {
-                uint4 b[4], ah[2], al[2];
+                uint4 b[4], ah[MI], al[MI];
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) b[ni] = bs[s * (TH_BN * 4) + (wn + ni * 8 + g) * 4 + q];
 #pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
+                for (int mi = 0; mi < MI; mi++) {
                     const uint4* at = as + (wm + mi * 16 + lrow) * TP_LDA + 2 * s + lblk;
                     ldmatrix_x4(ah[mi], at);
                     ldmatrix_x4(al[mi], at + 4);
@@ -697,7 +707,7 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
        workspace, added in part order by the tile's last block (splitk_fixup). */
     if constexpr (SPLIT) {
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
             for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -707,16 +717,16 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
                         *(float2*)(job.partial + ((size_t)part * job.m + r) * job.n + col) =
                             make_float2(sum[mi][ni][2 * h] * job.wscale, sum[mi][ni][2 * h + 1] * job.wscale);
                 }
-        splitk_fixup<float, EPI>(job, ksplit, row0, TH_BM, col0, TH_BN,
+        splitk_fixup<float, EPI>(job, ksplit, row0, BM, col0, TH_BN,
                                  counters + ((size_t)(blockIdx.z / ksplit) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
     } else if constexpr (EPI == EPI_OUT) {
         big_output(job, row0, col0, wm, wn, sum, fuse, (float*)th_smem);
     } else {
         /* The epilogue's operands are all requested before the first store (see epilogue_with); C,
            aux and bias allow 8-byte accesses (the plan). */
-        float2 op[2][4][2]; /* [mi][ni][row g, g + 8] */
+        float2 op[MI][4][2]; /* [mi][ni][row g, g + 8] */
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
             for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -726,9 +736,9 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
                     if (EPI == EPI_DERIV && r < job.m && col < job.n) op[mi][ni][h] = __ldg((const float2*)(job.aux + (size_t)r * job.ldaux + col));
                     if ((EPI == EPI_BIAS || EPI == EPI_BIAS_CELU) && mi == 0 && h == 0 && col < job.n) op[0][ni][0] = __ldg((const float2*)(job.bias + col));
                 }
-        float2 v[2][4][2];
+        float2 v[MI][4][2];
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
             for (int ni = 0; ni < 4; ni++)
 #pragma unroll

@@ -29,20 +29,26 @@ static void launch_k(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, 
     launch_kc(pdl, 1, kernel, grid, block, smem, stream, args...);
 }
 
-/* A launch on k_gemm_big_h: with presplit activations, k_presplit first. */
+/* A launch on k_gemm_big_h: with presplit activations, k_presplit first, and 64-row tiles where the
+   plan chose them (middle row counts: twice the blocks, each with half the rows). */
+template <int EPI, int MI> static void big_h_pre(const GemmJob<float>* jobs, const GemmLaunch& g, cudaStream_t stream, bool pdl, const OutFuse& fuse) {
+    const dim3 grid(g.grid.x, MI == 1 ? g.grid.y : (g.grid.y + 1) / 2, g.grid.z);
+    if (g.ksplit > 1)
+        launch_k(pdl, k_gemm_big_h<EPI, true, true, MI>, grid, dim3(256), TP_SMEM_OF(64 * MI), stream, jobs, g.ksplit, g.counters, fuse);
+    else
+        launch_k(pdl, k_gemm_big_h<EPI, false, true, MI>, grid, dim3(256), TP_SMEM_OF(64 * MI), stream, jobs, 1, g.counters, fuse);
+}
 template <int EPI> static void big_h(const GemmJob<float>* jobs, const GemmLaunch& g, cudaStream_t stream, bool pdl, const OutFuse& fuse) {
     const dim3 grid(g.grid.x, (g.grid.y + 1) / 2, g.grid.z);
     if (g.presplit) {
         if (!g.split_by_producer)
             launch_k(pdl, k_presplit, dim3((g.split_chunks + 31) / 32), dim3(256), 0, stream, g.split_src, g.split_chunks, g.split_p, g.split_inv);
-        if (g.ksplit > 1)
-            launch_k(pdl, k_gemm_big_h<EPI, true, true>, grid, dim3(256), TP_SMEM, stream, jobs, g.ksplit, g.counters, fuse);
-        else
-            launch_k(pdl, k_gemm_big_h<EPI, false, true>, grid, dim3(256), TP_SMEM, stream, jobs, 1, g.counters, fuse);
+        if (g.tile_rows == 64) big_h_pre<EPI, 1>(jobs, g, stream, pdl, fuse);
+        else big_h_pre<EPI, 2>(jobs, g, stream, pdl, fuse);
     } else if (g.ksplit > 1)
-        launch_k(pdl, k_gemm_big_h<EPI, true, false>, grid, dim3(256), TH_SMEM, stream, jobs, g.ksplit, g.counters, fuse);
+        launch_k(pdl, k_gemm_big_h<EPI, true, false, 2>, grid, dim3(256), TH_SMEM, stream, jobs, g.ksplit, g.counters, fuse);
     else
-        launch_k(pdl, k_gemm_big_h<EPI, false, false>, grid, dim3(256), TH_SMEM, stream, jobs, g.ksplit, g.counters, fuse);
+        launch_k(pdl, k_gemm_big_h<EPI, false, false, 2>, grid, dim3(256), TH_SMEM, stream, jobs, g.ksplit, g.counters, fuse);
 }
 
 /* One GEMM launch on the kernel the plan chose for it (the float32-only kernels are never chosen

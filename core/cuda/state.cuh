@@ -43,6 +43,7 @@ struct GemmLaunch {
     int jobs;
     dim3 grid;          /* in 64-wide tiles; z = jobs · ksplit */
     int ksplit;         /* split-K parts */
+    int tile_rows;      /* k_gemm_big_h: 64-row tiles where also presplit, else 128 (see big_h) */
     int max_mn;         /* largest m·n of its jobs (k_gemm_reduce's grid) */
     nnp_gemm_kernel kernel;
     unsigned cluster_z; /* k_gemm_mma: a tile's split-K parts in one thread-block cluster (cluster_fixup), else 1 */

@@ -14,6 +14,7 @@ void nnp_cuda_tuning_defaults(nnp_cuda_tuning* t) {
     t->split_k_few_rows = 256;
     t->split_max = 64;
     t->split_k_tensor = 256;
+    t->middle_tile_rows = 64;
     t->big_tensor_cores = 2;
     t->big_vectorized = 1;
     t->cluster_split_k = 1;
@@ -185,6 +186,7 @@ nnp_gemm_choice nnp_cuda_plan_gemm(const nnp_cuda_tuning* t, const nnp_gemm_shap
     if (middle_tc) ksplit = max_int(1, min_int(split_max, (g->max_k + max_int(1, t->split_k_tensor) - 1) / max_int(1, t->split_k_tensor)));
     while (ksplit > 1 && (size_t)ksplit * (size_t)g->max_mn * (size_t)g->jobs > ((size_t)1 << 24)) ksplit /= 2;
     c.ksplit = ksplit;
+    c.tile_rows = middle_tc && t->middle_tile_rows == 64 ? 64 : 128;
     if (few_rows) c.kernel = g->max_m <= NNP_CUDA_MMA_ROWS ? NNP_GEMM_MMA : NNP_GEMM_FEW_ROWS;
     else if (middle_tc) c.kernel = NNP_GEMM_BIG_H;
     else if (ksplit > 1) c.kernel = NNP_GEMM_SPLIT_K;

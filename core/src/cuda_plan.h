@@ -94,13 +94,15 @@ typedef struct nnp_gemm_shape {
 } nnp_gemm_shape;
 typedef struct nnp_gemm_choice {
     nnp_gemm_kernel kernel;
-    int ksplit; /* parts over k (1: none) */
+    int ksplit;    /* parts over k (1: none) */
+    int tile_rows; /* BIG_H: rows per tile (64 or 128; 64 only where the activations are presplit) */
 } nnp_gemm_choice;
 /* Split-K: about split_k (few rows: split_k_few_rows; middle row counts on the tensor cores:
    split_k_tensor) values of k per part where the jobs have at most NNP_CUDA_SPLIT_ROWS rows, at most
    split_max parts and at most 2^24 partial sums; then the kernel of the regime: few rows
    NNP_GEMM_MMA / FEW_ROWS; middle row counts in float32, aligned, big_tensor_cores = 2: BIG_H
-   (split or not); else SPLIT_K where split; then the many-rows kernels. */
+   (split or not; middle_tile_rows rows per tile); else SPLIT_K where split; then the many-rows
+   kernels (BIG_H: 128 rows per tile). */
 nnp_gemm_choice nnp_cuda_plan_gemm(const nnp_cuda_tuning* tuning, const nnp_gemm_shape* shape);
 
 /* Whether the few-atom AEV kernels can put the ShfZ terms on lanes: nShfZ a divisor of 32 (at least

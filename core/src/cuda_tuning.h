@@ -27,6 +27,8 @@ typedef struct nnp_cuda_tuning {
     int split_k_few_rows; /* k values per part of the few-rows kernels (256) */
     int split_max;        /* most split-K parts of a launch (64) */
     int split_k_tensor;   /* k values per part of k_gemm_big_h for middle row counts (256) */
+    int middle_tile_rows; /* rows per tile of k_gemm_big_h for middle row counts, where its activations are
+                             presplit: 64 (default) or 128; same bits */
     int big_tensor_cores; /* many rows in float32, where aligned, on the tensor cores: k_gemm_big_h (FP16 pairs, 2),
                              k_gemm_big_tc (3xTF32, 1); 0: the SIMT kernels (default 2) */
     int big_vectorized;   /* else k_gemm_big4 where aligned (1), else k_gemm_big; same bits */

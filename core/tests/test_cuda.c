@@ -621,6 +621,14 @@ int main(void) {
             nnp_cuda_tuning_defaults(&base10);
             base10.split_k_tensor = presplit0.split_k_tensor = 96;
             compare_bitwise(model, &mid, &base10, &presplit0, "10 molecules, split_k_tensor = 96, presplit = 0");
+            /* 64-row tiles (the default here: 114 H rows in two tiles, the second of 50; 61 C, 20 N,
+               25 O in one) against 128-row tiles: the same sums, the same bits */
+            nnp_cuda_tuning rows128;
+            nnp_cuda_tuning_defaults(&rows128);
+            rows128.middle_tile_rows = 128;
+            compare_bitwise(model, &mid, NULL, &rows128, "10 molecules, 128-row tiles (middle_tile_rows = 128)");
+            rows128.split_k_tensor = 96;
+            compare_bitwise(model, &mid, &base10, &rows128, "10 molecules, split_k_tensor = 96, 128-row tiles");
         }
         compare_with_cpu(model, &mid, 1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         tuning.split_k_tensor = 96;

@@ -309,7 +309,13 @@ static void test_gemm_choice(void) {
     CHECK(c.ksplit == 3);
     t.split_k_tensor = 64;
     c = choose(&t, 1, 100, 384, 64, 1, 1);
-    CHECK(c.kernel == NNP_GEMM_BIG_H && c.ksplit == 3);
+    CHECK(c.kernel == NNP_GEMM_BIG_H && c.ksplit == 3 && c.tile_rows == 64);
+    c = choose(&t, 1, 257, 384, 64, 1, 1); /* many rows: 128 */
+    CHECK(c.kernel == NNP_GEMM_BIG_H && c.tile_rows == 128);
+    t.middle_tile_rows = 128;
+    c = choose(&t, 1, 100, 384, 64, 1, 1);
+    CHECK(c.kernel == NNP_GEMM_BIG_H && c.ksplit == 3 && c.tile_rows == 128);
+    t.middle_tile_rows = 64;
     t.split_max = 1000;
     c = choose(&t, 1, 100, 384, 64, 1, 1);
     CHECK(c.kernel == NNP_GEMM_BIG_H && c.ksplit == 6);
