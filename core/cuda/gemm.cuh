@@ -78,7 +78,7 @@ template <typename real> __device__ __forceinline__ real epilogue(int epi, const
 /* The epilogue with its operand already loaded: bias[col] (EPI_BIAS, EPI_BIAS_CELU) or the layer's
    output aux[row, col] (EPI_DERIV); the kernels that request every operand before their first store
    use it (a load after a store waits for it: the compiler cannot know that they do not alias). */
-__device__ __forceinline__ float epilogue_with(int epi, float v, float operand) {
+template <typename real> __device__ __forceinline__ real epilogue_with(int epi, real v, real operand) {
     if (epi == EPI_BIAS || epi == EPI_BIAS_CELU) v += operand;
     if (epi == EPI_BIAS_CELU) v = celu(v);
     if (epi == EPI_DERIV) v *= celu_deriv_from_output(operand);
@@ -99,11 +99,43 @@ __device__ void splitk_fixup(const GemmJob<real>& job, int ksplit, int row0, int
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
-        const int gr = row0 + e / cols, gc = col0 + e % cols;
-        if (gr >= job.m || gc >= job.n) continue;
-        const real v = sum_parts(job.partial + (size_t)gr * job.n + gc, (size_t)job.m * job.n, ksplit);
-        job.C[(size_t)gr * job.ldc + gc] = epilogue<real>(EPI, job, gr, gc, v);
+    /* FIXUP_ELEMS elements per thread at a time, every load of a group (their epilogue operands, then
+       FIXUP_PARTS parts of each) requested before the group's first addition and its first store:
+       one element after the other, each part's load waited for in turn, had left the tile's last
+       block a chain of dependent L2 round trips. The sums: from 0, part by part, as sum_parts. */
+    constexpr int FIXUP_ELEMS = 8, FIXUP_PARTS = 4;
+    const size_t stride = (size_t)job.m * job.n;
+    for (int e0 = 0; e0 < rows * cols; e0 += FIXUP_ELEMS * (int)blockDim.x) {
+        real v[FIXUP_ELEMS], op[FIXUP_ELEMS];
+        size_t at[FIXUP_ELEMS]; /* the element's place in part 0, or SIZE_MAX */
+#pragma unroll
+        for (int i = 0; i < FIXUP_ELEMS; i++) {
+            const int e = e0 + i * (int)blockDim.x + (int)threadIdx.x, gr = row0 + e / cols, gc = col0 + e % cols;
+            const bool ok = e < rows * cols && gr < job.m && gc < job.n;
+            at[i] = ok ? (size_t)gr * job.n + gc : SIZE_MAX;
+            v[i] = op[i] = real(0);
+            if (ok && (EPI == EPI_BIAS || EPI == EPI_BIAS_CELU)) op[i] = job.bias[gc];
+            if (ok && EPI == EPI_DERIV) op[i] = job.aux[(size_t)gr * job.ldaux + gc];
+        }
+        for (int p = 0; p < ksplit; p += FIXUP_PARTS) {
+            real t[FIXUP_PARTS][FIXUP_ELEMS];
+#pragma unroll
+            for (int q = 0; q < FIXUP_PARTS; q++)
+#pragma unroll
+                for (int i = 0; i < FIXUP_ELEMS; i++)
+                    t[q][i] = p + q < ksplit && at[i] != SIZE_MAX ? __ldcg(job.partial + at[i] + (size_t)(p + q) * stride) : real(0);
+#pragma unroll
+            for (int q = 0; q < FIXUP_PARTS; q++)
+#pragma unroll
+                for (int i = 0; i < FIXUP_ELEMS; i++)
+                    if (p + q < ksplit) v[i] += t[q][i];
+        }
+#pragma unroll
+        for (int i = 0; i < FIXUP_ELEMS; i++) {
+            if (at[i] == SIZE_MAX) continue;
+            const int e = e0 + i * (int)blockDim.x + (int)threadIdx.x, gr = row0 + e / cols, gc = col0 + e % cols;
+            job.C[(size_t)gr * job.ldc + gc] = epilogue_with<real>(EPI, v[i], op[i]);
+        }
     }
     if (threadIdx.x == 0) *counter = 0;
 }
