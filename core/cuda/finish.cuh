@@ -68,8 +68,25 @@ struct Finish {
     const int* row_atom;
     double out_scale;
     int n_out_jobs, members, out_tiles, out_rows; /* the fused launch's gridDim.x, and partial's row stride (OutFuse::rows) */
+    int out_by_row; /* the partial sums' rows: of k_gemm_big_h (1: the atoms' rows in order), else of k_gemm_mma (16 per job) */
 };
 #define FINISH_SMALL 256 /* up to this many atoms and fused output rows: finish_small */
+
+/* Row q of the fused output's rows: its job and its row in the job, or false past the rows. With
+   out_by_row (k_gemm_big_h) the atoms' rows in order, q = out_jobs[job].row0 + row (fused_rows:
+   n_atoms); else (k_gemm_mma) at most 16 rows per job, q = 16·job + row (16 · n_out_jobs). */
+__device__ __forceinline__ int fused_rows(const Finish& f) { return f.out_by_row ? f.n_atoms : f.n_out_jobs * 16; }
+__device__ __forceinline__ bool fused_row(const Finish& f, int q, int* job, int* row) {
+    if (f.out_by_row) {
+        if (q >= f.n_atoms) return false;
+        int j = 0;
+        while (j + 1 < f.n_out_jobs && f.out_jobs[j + 1].row0 <= q) j++;
+        *job = j, *row = q - f.out_jobs[j].row0;
+        return true;
+    }
+    *job = q / 16, *row = q % 16;
+    return *job < f.n_out_jobs && *row < f.out_jobs[*job].rows;
+}
 
 /* Energy of row `row` of fused output job o: the tiles' partial sums, then the members, in order. */
 __device__ __forceinline__ double fused_row_energy(const Finish& f, const OutputJob<float>& o, int job, int row) {
@@ -121,21 +138,18 @@ __device__ void finish_total(const Finish& f, const double* batch) {
 }
 
 /* Few atoms with the output layer fused (at most FINISH_SMALL atoms and batches, empty ones
-   included, and out_jobs × 16 rows at most blockDim.x): the batch layout and each thread's row requested before the wait, the atoms' and
+   included, and fused_rows at most blockDim.x): the batch layout and each thread's row requested before the wait, the atoms' and
    batches' energies kept in shared memory. The same sums in the same order as finish_evaluation's. */
 __device__ void finish_small(const Finish& f) {
     __shared__ double s_e[FINISH_SMALL], s_batch[FINISH_SMALL]; /* atom energy + self energy; batch energies */
     __shared__ int s_start[FINISH_SMALL + 1], s_atom[FINISH_SMALL];
-    const int t = threadIdx.x, warp = t / 32, lane = t % 32, nwarps = blockDim.x / 32, job = t / 16, row = t % 16;
+    const int t = threadIdx.x, warp = t / 32, lane = t % 32, nwarps = blockDim.x / 32;
     for (int b = t; b <= f.n_batches; b += blockDim.x) s_start[b] = f.batch_start[b];
     for (int q = t; q < f.n_atoms; q += blockDim.x) s_atom[q] = f.batch_atoms[q];
     OutputJob<float> o = {};
-    int atom = -1;
+    int atom = -1, job = 0, row = 0;
     double self = 0;
-    if (job < f.n_out_jobs) {
-        o = f.out_jobs[job];
-        if (row < o.rows) atom = f.row_atom[o.row0 + row], self = f.self_energy[atom];
-    }
+    if (fused_row(f, t, &job, &row)) o = f.out_jobs[job], atom = f.row_atom[o.row0 + row], self = f.self_energy[atom];
     pdl_start();
     if (atom >= 0) {
         const double e = fused_row_energy(f, o, job, row);
@@ -155,18 +169,18 @@ __device__ void finish_small(const Finish& f) {
 
 __device__ void finish_evaluation(const Finish& f) {
     if (f.out_partial != NULL && f.n_atoms <= FINISH_SMALL && f.n_batches <= FINISH_SMALL &&
-        f.n_out_jobs * 16 <= min((int)blockDim.x, FINISH_SMALL)) {
+        fused_rows(f) <= min((int)blockDim.x, FINISH_SMALL)) {
         finish_small(f);
         return;
     }
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
     pdl_start();
     if (f.out_partial != NULL) {
-        for (int q = threadIdx.x; q < f.n_out_jobs * 16; q += blockDim.x) {
-            const OutputJob<float>& o = f.out_jobs[q / 16];
-            const int row = q % 16;
-            if (row >= o.rows) continue;
-            f.atom_energy[f.row_atom[o.row0 + row]] = fused_row_energy(f, o, q / 16, row);
+        for (int q = threadIdx.x; q < fused_rows(f); q += blockDim.x) {
+            int job, row;
+            if (!fused_row(f, q, &job, &row)) continue;
+            const OutputJob<float>& o = f.out_jobs[job];
+            f.atom_energy[f.row_atom[o.row0 + row]] = fused_row_energy(f, o, job, row);
         }
         __syncthreads();
     }
@@ -183,16 +197,15 @@ __device__ void finish_evaluation(const Finish& f) {
     finish_total(f, f.batch_energy);
 }
 
-/* Many atoms with the output layer fused into k_gemm_big_h: each atom's energy from the partial
-   sums, one thread per row (the same sums in the same order as finish_evaluation's). */
+/* Many atoms with the output layer fused into k_gemm_big_h (out_by_row): each atom's energy from the
+   partial sums, one thread per row (the same sums in the same order as finish_evaluation's). */
 __global__ void k_output_rows(const Finish f) {
     pdl_start();
-    const int global_row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (global_row >= f.n_atoms) return;
-    int j = 0;
-    while (j + 1 < f.n_out_jobs && f.out_jobs[j + 1].row0 <= global_row) j++;
-    const OutputJob<float>& o = f.out_jobs[j];
-    f.atom_energy[f.row_atom[global_row]] = fused_row_energy(f, o, j, global_row - o.row0);
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    int job, row;
+    if (!fused_row(f, q, &job, &row)) return;
+    const OutputJob<float>& o = f.out_jobs[job];
+    f.atom_energy[f.row_atom[o.row0 + row]] = fused_row_energy(f, o, job, row);
 }
 
 #define FINISH_THREADS 1024

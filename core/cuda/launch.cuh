@@ -115,7 +115,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
     fin.unit = eunit, fin.n_atoms = n, fin.n_batches = s->n_batches, fin.energy_is_double = io->energy_is_double;
     fin.out_jobs = (const OutputJob<float>*)s->out_jobs, fin.out_partial = NULL, fin.row_atom = s->row_atom;
     const double scale = 1.0 / M; /* the ensemble mean */
-    fin.out_scale = scale, fin.n_out_jobs = s->n_out_jobs, fin.members = M, fin.out_tiles = 0, fin.out_rows = 0;
+    fin.out_scale = scale, fin.n_out_jobs = s->n_out_jobs, fin.members = M, fin.out_tiles = 0, fin.out_rows = 0, fin.out_by_row = 0;
     bool finish_fused = false;
     if (n > 0 && with_forces && io->forces_format != NNP_FORCES_FIXED_POINT)
         cudaMemsetAsync(s->fixed, 0, sizeof(unsigned long long) * 3 * n, stream);
@@ -145,7 +145,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
                     OutFuse f;
                     f.jobs = (const OutputJob<float>*)s->out_jobs, f.partial = s->out_partial, f.scale = (float)scale;
                     f.with_forces = with_forces, f.rows = s->out_rows;
-                    fin.out_partial = s->out_partial, fin.out_tiles = g.grid.x, fin.out_rows = s->out_rows;
+                    fin.out_partial = s->out_partial, fin.out_tiles = g.grid.x, fin.out_rows = s->out_rows, fin.out_by_row = fuse_big;
                     if (fuse_big)
                         big_h<EPI_OUT>((const GemmJob<float>*)jobs + g.job0, g, stream, pdl, f);
                     else
@@ -156,7 +156,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
             gemm<real, true, EPI_BIAS_CELU>(jobs, s->fwd[h], stream, pdl);
         }
         MARK();
-        if (fuse_big) { /* the atoms' energies now, by a grid; the end of the evaluation reads them */
+        if (fuse_big && n > FINISH_SMALL) { /* the atoms' energies now, by a grid; the end of the evaluation reads them */
             launch_k(pdl, k_output_rows, dim3((n + 255) / 256), dim3(256), 0, stream, fin);
             fin.out_partial = NULL;
         } else if (!fuse_output)
