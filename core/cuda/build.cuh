@@ -589,7 +589,7 @@ template <typename real> static nnp_status split_fp16_weights(Build<real>& b) {
                 fp16_split(at(col, 4 * q + 2) * sc, at(col, 4 * q + 3) * sc, v.y, v.w);
                 dst[(size_t)col * ldq + q] = v;
             }
-        g.wscale = 1.f / sc;
+        g.wscale = fp16_inverse_scale(sc);
     }
     for (size_t j = 0; st == NNP_OK && j < b.nj; j++) {
         if (owner[j] < 0) continue;

@@ -68,6 +68,17 @@ __host__ __device__ inline float fp16_scale(float mx) {
     memcpy(&s, &r, sizeof s);
     return s;
 }
+/* 1 / s for a scale s of fp16_scale, exactly and without a division (with -prec-div=false a float
+   division is an approximate reciprocal): s = 2^(E − 127) for its biased exponent E (1 to 254), so
+   1 / s has biased exponent 254 − E; for E = 254 that is the subnormal 2^−127. */
+__host__ __device__ inline float fp16_inverse_scale(float s) {
+    unsigned u;
+    memcpy(&u, &s, sizeof u);
+    const unsigned e = u >> 23, r = e >= 254u ? 0x00400000u : (254u - e) << 23;
+    float inv;
+    memcpy(&inv, &r, sizeof inv);
+    return inv;
+}
 template <typename real> __device__ __forceinline__ real epilogue(int epi, const GemmJob<real>& job, int gr, int gc, real v) {
     if (epi == EPI_BIAS || epi == EPI_BIAS_CELU) v += job.bias[gc];
     if (epi == EPI_BIAS_CELU) v = celu(v);

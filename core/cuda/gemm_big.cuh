@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(256) k_presplit(const float* __restrict__ x, i
     w[presplit_word(2 * j)] = hi, w[16 + presplit_word(2 * j)] = lo;
     fp16_split(f.z * sc, f.w * sc, hi, lo);
     w[presplit_word(2 * j + 1)] = hi, w[16 + presplit_word(2 * j + 1)] = lo;
-    if (j == 0) inv[c] = 1.f / sc;
+    if (j == 0) inv[c] = fp16_inverse_scale(sc);
 }
 /* k_gemm_big_h reading presplit activations: per stage, A's 128 rows of one chunk each (8 uint4,
    rows TP_LDA uint4 apart so that ldmatrix meets no bank conflict), the weights' fragments (as
@@ -415,7 +415,7 @@ __device__ __forceinline__ void write_presplit(const float2 (&v)[MI][4][2], uint
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2)); /* the row's 32 values */
             const float sc = fp16_scale(mx);
             const int lr = mi * 16 + 8 * h + g, r = row0 + lr;
-            if (q == 0 && r < m) S[(size_t)r * lds + chunk] = 1.f / sc;
+            if (q == 0 && r < m) S[(size_t)r * lds + chunk] = fp16_inverse_scale(sc);
 #pragma unroll
             for (int ni = 0; ni < 4; ni++) {
                 const int w = presplit_word(4 * ni + q);
@@ -642,7 +642,7 @@ __global__ void __launch_bounds__(256, 2) k_gemm_big_h(const GemmJob<float>* __r
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2)); /* the row's 32 k of this stage */
                 sc[h] = fp16_scale(mx);
-                if (q == 0) Sc[buf * TH_BM + warp * 16 + g + 8 * h] = 1.f / sc[h];
+                if (q == 0) Sc[buf * TH_BM + warp * 16 + g + 8 * h] = fp16_inverse_scale(sc[h]);
             }
 #pragma unroll
             for (int s = 0; s < 2; s++) {

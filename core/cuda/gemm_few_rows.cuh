@@ -325,7 +325,7 @@ __device__ __forceinline__ void mma_tile(const GemmJob<float>& job, KPart kp, in
         }
     }
     {
-        const float unscale = job.wscale / scale; /* back to the operands' units (powers of two) */
+        const float unscale = __fdiv_rn(job.wscale, scale); /* back to the operands' units (powers of two: exact) */
 #pragma unroll
         for (int a = 0; a < 4; a++)
 #pragma unroll
