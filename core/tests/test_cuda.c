@@ -145,6 +145,18 @@ static system_t make_edge_system(void) {
     return s;
 }
 
+/* The middle row counts at their edges: 10 drug-like molecules (114 H rows, made 111: two 64-row
+   tiles, the second not full) with one H made S, one F and one Cl in different molecules, so that
+   every element of ANI-2x is present, three of them with one row each (1-row jobs inside the
+   launches that k_gemm_big_h runs split over k, and classes of first-layer prefixes). */
+static system_t make_middle_edge_system(void) {
+    system_t s = make_large_system(10);
+    mutate(&s, 1, 1, 16, 1);
+    mutate(&s, 4, 1, 9, 1);
+    mutate(&s, 8, 1, 17, 1);
+    return s;
+}
+
 static double rms_relative(const double* ref, const double* x, int n) {
     double d = 0, r = 0;
     for (int i = 0; i < n; i++) d += (ref[i] - x[i]) * (ref[i] - x[i]), r += ref[i] * ref[i];
@@ -530,6 +542,9 @@ int main(void) {
         system_t mid = make_large_system(10); /* middle row counts: k_gemm_big_h split over k */
         compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         free(mid.z), free(mid.batch), free(mid.pos);
+        mid = make_middle_edge_system(); /* the same with every element, three of one row */
+        compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        free(mid.z), free(mid.batch), free(mid.pos);
         free(s.z), free(s.batch), free(s.pos);
         nnp_model_free(model);
         return test_finish("test_cuda (large)");
@@ -634,6 +649,35 @@ int main(void) {
         tuning.split_k_tensor = 96;
         compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         nnp_cuda_tuning_defaults(&tuning);
+        tuning.big_tensor_cores = 0;
+        compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        nnp_cuda_tuning_defaults(&tuning);
+        compare_with_cpu(model, &mid, -1, NNP_PRECISION_DOUBLE, DOUBLE_ENERGY, DOUBLE_FORCES);
+        free(mid.z), free(mid.batch), free(mid.pos);
+        /* Tile edges at middle row counts: every element, S, F and Cl with one row each, against the
+           CPU on the FP16 pairs (default), with one member, on the SIMT kernels and in double; the
+           same bits as presplit = 0 and as 128-row tiles */
+        mid = make_middle_edge_system();
+        compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        /* every launch on k_gemm_big_h reading presplit activations (so that the bitwise comparison
+           with presplit = 0 below cannot pass by presplit not being chosen) */
+        {
+            int presplit = last_launches == 6;
+            for (int k = 0; k < last_launches; k++) presplit = presplit && last_modes[k] != NNP_CUDA_A_FLOAT32;
+            printf("10 molecules with S, F and Cl: %d class(es) of first-layer prefixes, %d launches, all presplit: %s\n", last_classes,
+                   last_launches, presplit ? "yes" : "NO");
+            CHECK(presplit);
+        }
+        compare_with_cpu(model, &mid, 2, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        {
+            nnp_cuda_tuning variant;
+            nnp_cuda_tuning_defaults(&variant);
+            variant.presplit = 0;
+            compare_bitwise(model, &mid, NULL, &variant, "10 molecules with S, F and Cl, presplit = 0");
+            nnp_cuda_tuning_defaults(&variant);
+            variant.middle_tile_rows = 128;
+            compare_bitwise(model, &mid, NULL, &variant, "10 molecules with S, F and Cl, 128-row tiles");
+        }
         tuning.big_tensor_cores = 0;
         compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         nnp_cuda_tuning_defaults(&tuning);
