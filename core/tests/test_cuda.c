@@ -132,28 +132,19 @@ static void mutate(system_t* s, int32_t b, int32_t from, int32_t to, int count) 
         if (s->batch[i] == b && s->z[i] == from) s->z[i] = to, count--;
 }
 
-/* The many-rows GEMMs at their edges: 40 drug-like molecules (713 H and 451 C, so 710 and 451 rows
-   after the changes: not multiples of the 128-row tiles; the AEV's 1,008 features end in the middle
-   of a 32-k stage and of a 64-column tile) with one H made S, one F and one Cl in different
-   molecules, so that every element of ANI-2x is present, three of them with one row each (a 1-row
-   job inside a launch that the many-rows kernels run). */
-static system_t make_edge_system(void) {
-    system_t s = make_large_system(40);
-    mutate(&s, 3, 1, 16, 1);
-    mutate(&s, 7, 1, 9, 1);
-    mutate(&s, 11, 1, 17, 1);
-    return s;
-}
-
-/* The middle row counts at their edges: 10 drug-like molecules (114 H rows, made 111: two 64-row
-   tiles, the second not full) with one H made S, one F and one Cl in different molecules, so that
-   every element of ANI-2x is present, three of them with one row each (1-row jobs inside the
-   launches that k_gemm_big_h runs split over k; 816 of the AEV's 1,008 features stored). */
-static system_t make_middle_edge_system(void) {
-    system_t s = make_large_system(10);
-    mutate(&s, 1, 1, 16, 1);
-    mutate(&s, 4, 1, 9, 1);
-    mutate(&s, 8, 1, 17, 1);
+/* The GEMMs at their edges: `molecules` drug-like molecules with one H made S (in batch b_s), one F
+   (b_f) and one Cl (b_cl), so that every element of ANI-2x is present, three of them with one row
+   each (1-row jobs inside launches that the many- or middle-rows kernels run).
+   - 40 molecules (many rows; 713 H and 451 C, so 710 and 451 rows after the changes: not multiples
+     of the 128-row tiles; the AEV's 1,008 features end in the middle of a 32-k stage and of a
+     64-column tile): make_edge_system(40, 3, 7, 11).
+   - 10 molecules (middle rows, k_gemm_big_h split over k; 114 H rows, made 111: two 64-row tiles,
+     the second not full; 816 of the AEV's 1,008 features stored): make_edge_system(10, 1, 4, 8). */
+static system_t make_edge_system(int molecules, int32_t b_s, int32_t b_f, int32_t b_cl) {
+    system_t s = make_large_system(molecules);
+    mutate(&s, b_s, 1, 16, 1);
+    mutate(&s, b_f, 1, 9, 1);
+    mutate(&s, b_cl, 1, 17, 1);
     return s;
 }
 
@@ -542,7 +533,7 @@ int main(void) {
         system_t mid = make_large_system(10); /* middle row counts: k_gemm_big_h split over k */
         compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         free(mid.z), free(mid.batch), free(mid.pos);
-        mid = make_middle_edge_system(); /* the same with every element, three of one row */
+        mid = make_edge_system(10, 1, 4, 8); /* the same with every element, three of one row */
         compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         free(mid.z), free(mid.batch), free(mid.pos);
         free(s.z), free(s.batch), free(s.pos);
@@ -657,7 +648,7 @@ int main(void) {
         /* Tile edges at middle row counts: every element, S, F and Cl with one row each, against the
            CPU on the FP16 pairs (default), with one member, on the SIMT kernels and in double; the
            same bits as presplit = 0 and as 128-row tiles */
-        mid = make_middle_edge_system();
+        mid = make_edge_system(10, 1, 4, 8);
         compare_with_cpu(model, &mid, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         /* every launch on k_gemm_big_h reading presplit activations (so that the bitwise comparison
            with presplit = 0 below cannot pass by presplit not being chosen) */
@@ -739,7 +730,7 @@ int main(void) {
         variant.fuse_output = 0;
         compare_bitwise(model, &large, &nofuse, &variant, "presplit = 0 with the output layer apart");
         free(large.z), free(large.batch), free(large.pos);
-        system_t edge = make_edge_system(); /* tile edges, every element, elements of one row */
+        system_t edge = make_edge_system(40, 3, 7, 11); /* tile edges, every element, elements of one row */
         nnp_cuda_tuning_defaults(&variant);
         variant.presplit = 0;
         compare_bitwise(model, &edge, NULL, &variant, "edge system, presplit = 0");
