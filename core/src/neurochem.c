@@ -8,6 +8,7 @@
  *                        layers; each layer names float32 .wparam (out × in) and .bparam files.
  * Every size is checked against the description; nothing is trusted.
  */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "internal.h"
 
 #include <bzlib.h>
@@ -378,17 +379,39 @@ nnp_status nnp_parse_nnf(const unsigned char* data, size_t size, nnp_nnf* out) {
 
 /* ------------------------------------------------------------------ files */
 
-/* Joins a model folder and a name from a model file. The name must stay inside the folder: no
-   absolute path and no ".." component (a model file must not make the loader read other files). */
-static nnp_status join_path(char* out, size_t cap, const char* a, const char* b) {
-    int outside = b[0] == '/';
-    for (const char* c = b; !outside && *c; c++)
-        if (c[0] == '.' && c[1] == '.' && (c == b || c[-1] == '/') && (c[2] == '\0' || c[2] == '/')) outside = 1;
-    if (outside)
-        return nnp_fail(NNP_ERR_FORMAT, "the model names '%.200s', outside its folder %s: model files may only "
-                        "name files in their own folder", b, a[0] ? a : "./");
+/* Whether a name from a model file leaves its folder: an absolute path or a ".." component. */
+static int names_outside(const char* b) {
+    if (b[0] == '/') return 1;
+    for (const char* c = b; *c; c++)
+        if (c[0] == '.' && c[1] == '.' && (c == b || c[-1] == '/') && (c[2] == '\0' || c[2] == '/')) return 1;
+    return 0;
+}
+
+static nnp_status outside_error(const char* b, const char* root) {
+    return nnp_fail(NNP_ERR_FORMAT, "the model names '%.200s', outside its folder %s: model files may only "
+                    "name files in their own folder", b, root[0] ? root : "./");
+}
+
+/* Joins a folder inside the model's folder `root` (the .info file's folder, with its trailing slash,
+   or "" for the working folder) and a name from a model file. The name must stay inside the folder:
+   no absolute path and no ".." component, and a file that exists must not resolve (through symbolic
+   links) to a place outside root: a model file must not make the loader read other files. */
+static nnp_status join_path(char* out, size_t cap, const char* root, const char* a, const char* b) {
+    if (names_outside(b)) return outside_error(b, root);
     int n = snprintf(out, cap, "%s%s", a, b);
     if (n < 0 || (size_t)n >= cap) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "path too long: %s%s", a, b);
+    char* real = realpath(out, NULL);
+    if (real == NULL) return NNP_OK; /* absent: the reader says so */
+    char* real_root = realpath(root[0] ? root : ".", NULL);
+    size_t k = real_root ? strlen(real_root) : 0;
+    int inside = real_root != NULL && strncmp(real, real_root, k) == 0 && (real[k] == '/' || k == 1);
+    if (!inside) {
+        nnp_status st = nnp_fail(NNP_ERR_FORMAT, "%s resolves to %.300s, outside the model's folder %s: model "
+                                 "files may only name files in their own folder", out, real, root[0] ? root : "./");
+        free(real), free(real_root);
+        return st;
+    }
+    free(real), free(real_root);
     return NNP_OK;
 }
 
@@ -418,13 +441,13 @@ static nnp_status read_floats(const char* path, int64_t count, float** out) {
     return NNP_OK;
 }
 
-static nnp_status load_network(const nnp_model* model, const char* dir, int32_t element,
+static nnp_status load_network(const nnp_model* model, const char* root, const char* dir, int32_t element,
                                nnp_network* net) {
     const char* sym = nnp_element_symbol(model->atomic_numbers[element]);
     char path[4096];
     char name[32];
     snprintf(name, sizeof name, "ANN-%s.nnf", sym);
-    nnp_status st = join_path(path, sizeof path, dir, name);
+    nnp_status st = join_path(path, sizeof path, root, dir, name);
     if (st != NNP_OK) return st;
     unsigned char* data;
     size_t size;
@@ -445,9 +468,9 @@ static nnp_status load_network(const nnp_model* model, const char* dir, int32_t 
         layer->n_in = nnf.layers[l].blocksize;
         layer->n_out = nnf.layers[l].nodes;
         layer->activation = nnf.layers[l].activation;
-        if ((st = join_path(path, sizeof path, dir, nnf.layers[l].wfile)) != NNP_OK ||
+        if ((st = join_path(path, sizeof path, root, dir, nnf.layers[l].wfile)) != NNP_OK ||
             (st = read_floats(path, nnf.layers[l].wcount, &layer->weights)) != NNP_OK ||
-            (st = join_path(path, sizeof path, dir, nnf.layers[l].bfile)) != NNP_OK ||
+            (st = join_path(path, sizeof path, root, dir, nnf.layers[l].bfile)) != NNP_OK ||
             (st = read_floats(path, nnf.layers[l].bcount, &layer->biases)) != NNP_OK)
             return st;
     }
@@ -516,7 +539,7 @@ nnp_status nnp_model_load_neurochem_text(const char* info_path, const char* info
     char path[4096];
     char* text = NULL;
     size_t size;
-    if ((st = join_path(path, sizeof path, dir, lines[0])) == NNP_OK &&
+    if ((st = join_path(path, sizeof path, dir, dir, lines[0])) == NNP_OK &&
         (st = read_text(path, &text, &size)) == NNP_OK) {
         st = nnp_parse_constants(text, size, model);
         free(text);
@@ -524,7 +547,7 @@ nnp_status nnp_model_load_neurochem_text(const char* info_path, const char* info
     }
     if (st == NNP_OK && (st = nnp_model_finish(model)) != NNP_OK)
         st = nnp_fail(st, "%s: %s", path, nnp_last_error());
-    if (st == NNP_OK && (st = join_path(path, sizeof path, dir, lines[1])) == NNP_OK &&
+    if (st == NNP_OK && (st = join_path(path, sizeof path, dir, dir, lines[1])) == NNP_OK &&
         (st = read_text(path, &text, &size)) == NNP_OK) {
         st = parse_sae(text, size, model);
         free(text);
@@ -532,6 +555,7 @@ nnp_status nnp_model_load_neurochem_text(const char* info_path, const char* info
     }
     /* Networks are stored member-major: networks[member * n_elements + element]. The array was
        sized for NNP_MAX_ELEMENTS per member; index with the real count. */
+    if (st == NNP_OK && names_outside(lines[2])) st = outside_error(lines[2], dir);
     for (int32_t m = 0; st == NNP_OK && m < n_members; m++) {
         char netdir[4096];
         int n = snprintf(netdir, sizeof netdir, "%s%s%d/networks/", dir, lines[2], m);
@@ -540,7 +564,7 @@ nnp_status nnp_model_load_neurochem_text(const char* info_path, const char* info
             break;
         }
         for (int32_t e = 0; st == NNP_OK && e < model->n_elements; e++)
-            st = load_network(model, netdir, e, &model->networks[m * model->n_elements + e]);
+            st = load_network(model, dir, netdir, e, &model->networks[m * model->n_elements + e]);
     }
     if (st != NNP_OK) {
         /* nnp_model_free walks n_members × n_elements networks; the unused tail is zeroed. */

@@ -379,6 +379,9 @@ nnp_status nnp_model_load(const char* path, nnp_model** model) {
     size_t size;
     nnp_status st;
     if (nnp_is_nnpm(head, got)) {
+        /* Read what the header announces and one byte more (trailing data), whatever the source: a
+           pipe is not read to its end. */
+        size_t limit = (size_t)(NNPM_MAX_SIZE + NNPM_HEADER + 4);
         if (got == NNPM_HEADER) {
             reader r = {head + 8, NNPM_HEADER - 8, 0};
             (void)get_u32(&r);
@@ -394,9 +397,12 @@ nnp_status nnp_model_load(const char* path, nnp_model** model) {
                                 (unsigned long long)(NNPM_HEADER + payload + 4),
                                 (uint64_t)bytes < NNPM_HEADER + payload + 4 ? "truncated" : "trailing data");
             }
+            limit = (size_t)(NNPM_HEADER + payload + 4);
         }
-        st = nnp_read_rest(f, path, (size_t)(NNPM_MAX_SIZE + NNPM_HEADER + 4), head, got, &data, &size);
+        st = nnp_read_rest(f, path, limit, head, got, &data, &size);
         fclose(f);
+        if (st == NNP_ERR_FORMAT && got == NNPM_HEADER)
+            return nnp_fail(st, "%s: more bytes than the %zu its header announces: trailing data", path, limit);
         if (st != NNP_OK) return st;
         st = nnp_model_load_buffer(data, size, model);
         free(data);

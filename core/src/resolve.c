@@ -26,14 +26,17 @@ static int ends_with(const char* s, const char* suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static int is_name(const char* s) {
-    if (s == NULL || s[0] == '\0' || s[0] == '.' || strlen(s) > NNP_NAME_MAX) return 0;
+/* Whether s is made of a name's characters and is not a file name (a name but for its length). */
+static int name_shaped(const char* s) {
+    if (s == NULL || s[0] == '\0' || s[0] == '.') return 0;
     for (const char* c = s; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' ||
               *c == '_' || *c == '.'))
             return 0;
     return !ends_with(s, NNP_MODEL_SUFFIX) && !ends_with(s, ".info");
 }
+
+static int is_name(const char* s) { return name_shaped(s) && strlen(s) <= NNP_NAME_MAX; }
 
 /* A growing text for the list of places looked at. */
 typedef struct text {
@@ -78,22 +81,33 @@ static int cache_folder(char* out, size_t size) {
     return n > 0 && (size_t)n < size;
 }
 
-#define MAX_FOLDERS 32
+/* The folders searched for a name, in order: as many as NNP_MODEL_PATH names, then the two
+   fixed ones. */
 typedef struct folders {
     int count;
-    char path[MAX_FOLDERS][4096];
+    char (*path)[4096];
 } folders;
 
-/* The folders searched for a name, in order. */
-static void search_folders(folders* f) {
+static void free_folders(folders* f) { free(f->path); }
+
+static nnp_status search_folders(folders* f) {
     f->count = 0;
     const char* env = getenv("NNP_MODEL_PATH");
+    size_t entries = 1;
+    for (const char* c = env ? env : ""; *c; c++) entries += *c == ':';
+    f->path = malloc((entries + 2) * sizeof *f->path);
+    if (f->path == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory for the model search path");
     if (env != NULL) {
         const char* start = env;
-        for (;;) {
+        for (int entry = 1;; entry++) {
             const char* end = strchr(start, ':');
             size_t len = end ? (size_t)(end - start) : strlen(start);
-            if (len > 0 && len < sizeof f->path[0] && f->count < MAX_FOLDERS - 2) {
+            if (len >= sizeof f->path[0]) {
+                free_folders(f);
+                return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "NNP_MODEL_PATH: entry %d is %zu characters long, longer "
+                                "than a path may be (%zu)", entry, len, sizeof f->path[0] - 1);
+            }
+            if (len > 0) {
                 memcpy(f->path[f->count], start, len);
                 f->path[f->count++][len] = '\0';
             }
@@ -103,19 +117,21 @@ static void search_folders(folders* f) {
     }
     if (cache_folder(f->path[f->count], sizeof f->path[0])) f->count++;
     if (library_models_folder(f->path[f->count], sizeof f->path[0])) f->count++;
+    return NNP_OK;
 }
 
 nnp_status nnp_model_search_path(char* out, size_t size) {
     if (out == NULL || size == 0) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_search_path: NULL argument");
-    folders* f = malloc(sizeof *f);
-    if (f == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
-    search_folders(f);
+    folders f_;
+    folders* f = &f_;
+    nnp_status st = search_folders(f);
+    if (st != NNP_OK) return st;
     size_t len = 0;
     out[0] = '\0';
     for (int i = 0; i < f->count; i++) {
         size_t k = strlen(f->path[i]);
         if (len + k + 2 > size) {
-            free(f);
+            free_folders(f);
             return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_search_path: buffer too small");
         }
         memcpy(out + len, f->path[i], k);
@@ -123,7 +139,7 @@ nnp_status nnp_model_search_path(char* out, size_t size) {
         out[len++] = '\n';
         out[len] = '\0';
     }
-    free(f);
+    free_folders(f);
     return NNP_OK;
 }
 
@@ -158,6 +174,10 @@ static int look_in(const char* folder, const char* name, char* path, size_t size
 nnp_status nnp_model_find(const char* name_or_path, char* path, size_t size) {
     if (name_or_path == NULL || path == NULL || size == 0)
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_find: NULL argument");
+    if (name_shaped(name_or_path) && !is_name(name_or_path))
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "'%.100s...' (%zu characters) is too long for a model name (at "
+                        "most %d); to read a file of that name, write ./%.100s...", name_or_path,
+                        strlen(name_or_path), NNP_NAME_MAX, name_or_path);
     if (!is_name(name_or_path)) {
         size_t n = strlen(name_or_path);
         if (n >= size) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_find: path longer than the buffer");
@@ -165,18 +185,26 @@ nnp_status nnp_model_find(const char* name_or_path, char* path, size_t size) {
         return NNP_OK;
     }
     const char* name = name_or_path;
-    folders* f = malloc(sizeof *f);
-    if (f == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
-    search_folders(f);
+    folders f_;
+    folders* f = &f_;
+    nnp_status found_st = search_folders(f);
+    if (found_st != NNP_OK) return found_st;
     text looked = {{0}, 0};
     const char* env = getenv("NNP_MODEL_PATH");
     if (env == NULL || env[0] == '\0') text_add(&looked, "\n  NNP_MODEL_PATH%s%s (not set)", "", "");
     int found = 0;
     nnp_status status = NNP_OK;
     for (int i = 0; i < f->count && found == 0; i++) found = look_in(f->path[i], name, path, size, &looked, &status);
-    free(f);
+    free_folders(f);
     if (found < 0) return status;
     if (found) return NNP_OK;
+    struct stat here;
+    if (stat(name, &here) == 0) {
+        char hint[256];
+        snprintf(hint, sizeof hint, "\n'%s' is also a %s in the working folder: a model name is never read as a "
+                 "path; write ./%s to read it", name, S_ISDIR(here.st_mode) ? "folder" : "file", name);
+        text_add(&looked, "%s%s", hint, "");
+    }
     return nnp_fail(NNP_ERR_IO,
                     "model '%s' not found. Looked for %s" NNP_MODEL_SUFFIX " in:%s\n"
                     "Install the ANI models with 'pip install openmm-nnp-models', or convert a copy of the ANI "

@@ -5,13 +5,26 @@
 #include <bzlib.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char tmpdir[4096];
 
-/* A one-member copy of the ANI-1x zoo in a fresh directory, every file a symlink to the original,
-   so that a test can replace just the file it damages. Returns the .info path. */
+/* Copies a file (the loader refuses symbolic links that leave a model's folder). */
+static void copy_file(const char* from, const char* to) {
+    FILE* in = fopen(from, "rb");
+    FILE* out = fopen(to, "wb");
+    CHECK(in != NULL && out != NULL);
+    char buf[65536];
+    for (size_t got; in && out && (got = fread(buf, 1, sizeof buf, in)) > 0;) CHECK(fwrite(buf, 1, got, out) == got);
+    if (in) fclose(in);
+    if (out) fclose(out);
+}
+
+/* A one-member copy of the ANI-1x zoo in a fresh directory, so that a test can replace just the
+   file it damages. Returns the .info path. */
 static const char* make_zoo(const char* tag) {
     static char info[4300];
     char dir[4100], nets[4200], src[4200], from[4600], to[4600];
@@ -24,10 +37,10 @@ static const char* make_zoo(const char* tag) {
     const char* zoo = shared_path("models/ani-model-zoo/ani-1x_8x");
     snprintf(from, sizeof from, "%s/rHCNO-5.2R_16-3.5A_a4-8.params", zoo);
     snprintf(to, sizeof to, "%s/const.params", dir);
-    CHECK(symlink(from, to) == 0);
+    copy_file(from, to);
     snprintf(from, sizeof from, "%s/sae_linfit.dat", zoo);
     snprintf(to, sizeof to, "%s/sae.dat", dir);
-    CHECK(symlink(from, to) == 0);
+    copy_file(from, to);
     snprintf(src, sizeof src, "%s/train0/networks", zoo);
     DIR* d = opendir(src);
     CHECK(d != NULL);
@@ -35,7 +48,7 @@ static const char* make_zoo(const char* tag) {
         if (e->d_name[0] == '.') continue;
         snprintf(from, sizeof from, "%s/%s", src, e->d_name);
         snprintf(to, sizeof to, "%s/%s", nets, e->d_name);
-        CHECK(symlink(from, to) == 0);
+        copy_file(from, to);
     }
     if (d) closedir(d);
     snprintf(info, sizeof info, "%s/model.info", dir);
@@ -120,6 +133,65 @@ int main(void) {
     snprintf(path, sizeof path, "%s/missing/net0/networks/ANN-N.nnf", tmpdir);
     unlink(path);
     CHECK_FAILS(nnp_model_load(info, &m), NNP_ERR_IO, "ANN-N.nnf");
+
+    /* Nothing outside the model's folder is read: not through the network prefix, not through a
+       symbolic link (and the foreign file's text is not quoted). */
+    info = make_zoo("escape");
+    char escape_info[200];
+    snprintf(escape_info, sizeof escape_info, "const.params\nsae.dat\n../good/net\n1\n");
+    replace("escape", "model.info", escape_info, strlen(escape_info));
+    CHECK_FAILS(nnp_model_load(info, &m), NNP_ERR_FORMAT, "outside its folder");
+    snprintf(escape_info, sizeof escape_info, "const.params\nsae.dat\nnet\n1\n");
+    replace("escape", "model.info", escape_info, strlen(escape_info));
+    CHECK_OK(nnp_model_load(info, &m));
+    nnp_model_free(m);
+    m = NULL;
+    snprintf(path, sizeof path, "%s/escape/sae.dat", tmpdir);
+    unlink(path);
+    CHECK(symlink("/etc/passwd", path) == 0);
+    CHECK_FAILS(nnp_model_load(info, &m), NNP_ERR_FORMAT, "outside the model's folder");
+    CHECK(strstr(nnp_last_error(), "root:") == NULL);
+    unlink(path);
+    char inside[4400];
+    snprintf(inside, sizeof inside, "%s/escape/sae-copy.dat", tmpdir);
+    copy_file(shared_path("models/ani-model-zoo/ani-1x_8x/sae_linfit.dat"), inside);
+    CHECK(symlink("sae-copy.dat", path) == 0); /* a link that stays inside is fine */
+    CHECK_OK(nnp_model_load(info, &m));
+    nnp_model_free(m);
+    m = NULL;
+
+    /* A streamed .nnpm is read as far as its header says and one byte more, never to its end. */
+    {
+        void* buf;
+        size_t size;
+        CHECK_OK(nnp_model_save_buffer(ok_model, &buf, &size));
+        int fds[2];
+        CHECK(pipe(fds) == 0);
+        pid_t child = fork();
+        if (child == 0) { /* writes the model and then 64 MiB more, as long as the reader reads */
+            close(fds[0]);
+            signal(SIGPIPE, SIG_IGN); /* the reader closing its end is the expected way out */
+            size_t off = 0;
+            while (off < size) {
+                ssize_t k = write(fds[1], (char*)buf + off, size - off);
+                if (k <= 0) _exit(0);
+                off += (size_t)k;
+            }
+            static char zeros[1 << 16];
+            for (int k = 0; k < 1024; k++)
+                if (write(fds[1], zeros, sizeof zeros) <= 0) _exit(0);
+            _exit(1); /* everything was read: the reader read past what the header announced */
+        }
+        close(fds[1]);
+        char dev[64];
+        snprintf(dev, sizeof dev, "/dev/fd/%d", fds[0]);
+        CHECK_FAILS(nnp_model_load(dev, &m), NNP_ERR_FORMAT, "trailing data");
+        close(fds[0]);
+        int wstatus = 0;
+        CHECK(waitpid(child, &wstatus, 0) == child);
+        CHECK(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+        nnp_free(buf);
+    }
 
     info = make_zoo("truncated");
     size_t n;
@@ -271,6 +343,43 @@ int main(void) {
         CHECK_OK(nnp_model_find("./tiny", found, sizeof found));
         CHECK(strcmp(found, "./tiny") == 0);
         CHECK_FAILS(nnp_model_find("tiny", found, 8), NNP_ERR_INVALID_ARGUMENT, "longer than the buffer");
+        /* Every folder of NNP_MODEL_PATH is searched, however many: here the model is in the 35th of 40. */
+        {
+            static char many[40 * 4300];
+            size_t len = 0;
+            for (int k = 1; k <= 40; k++) {
+                char sub[4300];
+                snprintf(sub, sizeof sub, "%s/many%02d", tmpdir, k);
+                mkdir(sub, 0755);
+                len += (size_t)snprintf(many + len, sizeof many - len, "%s%s", k > 1 ? ":" : "", sub);
+            }
+            setenv("NNP_MODEL_PATH", many, 1);
+            snprintf(file, sizeof file, "%s/many35/deep.nnpm", tmpdir);
+            CHECK_OK(nnp_model_save(ok_model, file));
+            CHECK_OK(nnp_model_find("deep", found, sizeof found));
+            CHECK(strcmp(found, file) == 0);
+            /* An entry longer than any path is an error that says so, not skipped. */
+            static char longer[6000];
+            memset(longer, 'x', 5000);
+            snprintf(longer + 5000, sizeof longer - 5000, ":%s", dir);
+            setenv("NNP_MODEL_PATH", longer, 1);
+            CHECK_FAILS(nnp_model_find("tiny", found, sizeof found), NNP_ERR_INVALID_ARGUMENT, "entry 1 is 5000 characters");
+            setenv("NNP_MODEL_PATH", dir, 1);
+        }
+        /* A name of 64 characters is not silently a path; a file named like a name gets a hint. */
+        char long_name[80];
+        memset(long_name, 'a', 64);
+        long_name[64] = '\0';
+        CHECK_FAILS(nnp_model_find(long_name, found, sizeof found), NNP_ERR_INVALID_ARGUMENT, "too long for a model name");
+        char cwd[4096];
+        CHECK(getcwd(cwd, sizeof cwd) != NULL);
+        CHECK(chdir(dir) == 0);
+        CHECK(rename("tiny.nnpm", "plainfile") == 0);
+        CHECK_FAILS(nnp_model_load("plainfile", &m), NNP_ERR_IO, "write ./plainfile to read it");
+        CHECK_OK(nnp_model_load("./plainfile", &m));
+        nnp_model_free(m);
+        m = NULL;
+        CHECK(chdir(cwd) == 0);
         unsetenv("NNP_MODEL_PATH");
     }
 

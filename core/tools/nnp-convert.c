@@ -4,12 +4,16 @@
  *
  *   nnp-convert MODEL OUTPUT.nnpm     convert
  *   nnp-convert --info MODEL          print what a model holds
+ * MODEL is a model name or a path; OUTPUT is always a path (a plain "ani1x" is ./ani1x), and an
+ * existing OUTPUT must be a regular file: a link, FIFO, device or folder is not replaced.
  */
+#define _POSIX_C_SOURCE 200809L /* lstat */
 #include "nnp.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int usage(void) {
     fprintf(stderr, "usage: nnp-convert MODEL OUTPUT.nnpm\n"
@@ -66,18 +70,32 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (argc != 3 || argv[1][0] == '-') return usage();
+    /* The output is a path, never a model name: the file written is the file verified. */
+    char out[4200];
+    if (snprintf(out, sizeof out, "%s%s", strchr(argv[2], '/') ? "" : "./", argv[2]) >= (int)sizeof out) {
+        fprintf(stderr, "nnp-convert: output path too long\n");
+        return 1;
+    }
+    struct stat st;
+    if (lstat(out, &st) == 0 && !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "nnp-convert: %s exists and is not a regular file (%s): not replaced\n", out,
+                S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a folder"
+                : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                : "not a plain file");
+        return 1;
+    }
     nnp_model* model;
     if (nnp_model_load(argv[1], &model) != NNP_OK) {
         fprintf(stderr, "nnp-convert: %s\n", nnp_last_error());
         return 1;
     }
-    if (nnp_model_save(model, argv[2]) != NNP_OK) {
+    if (nnp_model_save(model, out) != NNP_OK) {
         fprintf(stderr, "nnp-convert: %s\n", nnp_last_error());
         nnp_model_free(model);
         return 1;
     }
     nnp_model* back;
-    if (nnp_model_load(argv[2], &back) != NNP_OK) {
+    if (nnp_model_load(out, &back) != NNP_OK) {
         fprintf(stderr, "nnp-convert: written file does not load: %s\n", nnp_last_error());
         nnp_model_free(model);
         return 1;
@@ -92,6 +110,6 @@ int main(int argc, char** argv) {
         fprintf(stderr, "nnp-convert: energies of the written file differ from the source\n");
         return 1;
     }
-    printf("wrote %s (verified: same energies for every member)\n", argv[2]);
+    printf("wrote %s (verified: same energies for every member)\n", out);
     return 0;
 }
