@@ -101,3 +101,25 @@ def test_xml_atom_count_and_strict_numbers():
     # a file without the count (as written before it was stored) still loads
     old = re.sub(r'(<Atoms) count="[0-9]+"', r"\1", xml)
     assert old != xml and openmmnnp.NNPForce.cast(openmm.XmlSerializer.deserialize(old)).getNumAtoms() == force.getNumAtoms()
+
+
+def test_xml_strict_booleans():
+    """usesPeriodic and modelEmbedded are 0/1 (or false/true); "maybe" or "2" is an error, not a guess."""
+    import re
+    system, _, positions, force, _ = openmmnnp.createSystemFromXYZ("ani1x", [drug("0030")])
+    force.setEmbedModelInXml(False)
+    xml = openmm.XmlSerializer.serialize(force)
+    for name in ("usesPeriodic", "modelEmbedded"):
+        assert re.search(f'{name}="[01]"', xml), name
+        for good, value in (("true", True), ("false", False)):
+            if name == "modelEmbedded" and value:
+                continue  # needs modelData
+            edited = re.sub(f'{name}="[01]"', f'{name}="{good}"', xml)
+            loaded = openmm.XmlSerializer.deserialize(edited)  # kept: cast() does not own it
+            again = openmmnnp.NNPForce.cast(loaded)
+            got = again.usesPeriodicBoundaryConditions() if name == "usesPeriodic" else again.getEmbedModelInXml()
+            assert got == value
+        for bad in ("maybe", "2", "", "yes"):
+            edited = re.sub(f'{name}="[01]"', f'{name}="{bad}"', xml)
+            with pytest.raises(openmm.OpenMMException, match=f'{name}="{bad}" is not a boolean'):
+                openmm.XmlSerializer.deserialize(edited)

@@ -74,6 +74,17 @@ static int strictInt(const SerializationNode& node, const string& name) {
     return (int)value;
 }
 
+/* A boolean attribute, read strictly: 1/0 (as OpenMM writes them) or true/false; anything else is an
+   error (OpenMM's getBoolProperty takes "maybe" as false and "2" as true). */
+static bool strictBool(const SerializationNode& node, const string& name) {
+    if (!node.hasProperty(name)) throw OpenMMException("NNPForce: the XML lacks the attribute '" + name + "'");
+    const string text = node.getStringProperty(name);
+    if (text == "1" || text == "true") return true;
+    if (text == "0" || text == "false") return false;
+    throw OpenMMException("NNPForce: the XML attribute " + name + "=\"" + text.substr(0, 40) +
+                          "\" is not a boolean (0, 1, false or true)");
+}
+
 NNPForceProxy::NNPForceProxy() : SerializationProxy("NNPForce") {}
 
 void NNPForceProxy::serialize(const void* object, SerializationNode& node) const {
@@ -101,16 +112,16 @@ void* NNPForceProxy::deserialize(const SerializationNode& node) const {
     if (version != 1)
         throw OpenMMException("NNPForce: unsupported XML version " + std::to_string(version) + " (this plugin reads version 1)");
     NNPForce* force;
-    if (node.getBoolProperty("modelEmbedded"))
+    if (strictBool(node, "modelEmbedded"))
         force = NNPForce::createFromModelData(fromBase64(node.getStringProperty("modelData")), node.getStringProperty("modelPath"));
     else
         force = new NNPForce(node.getStringProperty("modelPath"));
     try {
         force->setForceGroup(strictInt(node, "forceGroup"));
         force->setName(node.getStringProperty("name"));
-        force->setUsesPeriodicBoundaryConditions(node.getBoolProperty("usesPeriodic"));
+        force->setUsesPeriodicBoundaryConditions(strictBool(node, "usesPeriodic"));
         force->setEnsembleMember(strictInt(node, "ensembleMember"));
-        force->setEmbedModelInXml(node.getBoolProperty("modelEmbedded"));
+        force->setEmbedModelInXml(strictBool(node, "modelEmbedded"));
         const SerializationNode& atoms = node.getChildNode("Atoms");
         for (const SerializationNode& atom : atoms.getChildren())
             force->addAtom(strictInt(atom, "p"), strictInt(atom, "z"), strictInt(atom, "b"));
