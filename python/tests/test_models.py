@@ -212,10 +212,21 @@ def test_info_files_stay_in_their_folder(tmp_path):
     secret.write_text("TOP-SECRET-CONTENT\n")
     model = tmp_path / "models"
     model.mkdir()
+    import shutil
     for line in lines[:3]:
         name = line.strip().split("/")[0]
         if name and not os.path.exists(model / name):
             os.symlink(os.path.join(zoo, name), model / name)
+    # a symbolic link out of the folder is refused like the paths below; a copy loads
+    info = model / "linked.info"
+    info.write_text("\n".join(lines))
+    with pytest.raises(openmm.OpenMMException, match="outside the model's folder"):
+        openmmnnp.NNPForce(str(info))
+    for line in lines[:3]:
+        name = line.strip().split("/")[0]
+        if name and os.path.islink(model / name):
+            os.unlink(model / name)
+            shutil.copytree(os.path.join(zoo, name), model / name)
     for bad in ("../secret.txt", str(secret), "a/../../secret.txt"):
         info = model / "bad.info"
         info.write_text("\n".join([bad] + lines[1:]))
