@@ -1,4 +1,7 @@
 """A Simulation reporter that writes the energy of every batch (molecule)."""
+import numbers
+import os
+
 from openmm import unit
 
 
@@ -7,14 +10,25 @@ class BatchEnergyReporter:
 
         simulation.reporters.append(BatchEnergyReporter("energies.csv", 100, force))
 
-    file            a path or an open file object
-    reportInterval  steps between reports
+    file            a path (str, bytes or os.PathLike) or an open file object
+    reportInterval  steps between reports (a positive integer)
     force           the NNPForce (as added to the System)
     """
 
     def __init__(self, file, reportInterval, force):
-        self._own = isinstance(file, str)
-        self._out = open(file, "w") if self._own else file
+        self._own = False
+        if isinstance(reportInterval, bool) or not isinstance(reportInterval, numbers.Integral) or reportInterval < 1:
+            raise ValueError(f"BatchEnergyReporter: reportInterval must be a positive integer, not {reportInterval!r}")
+        if isinstance(file, (str, bytes, os.PathLike)):
+            try:
+                self._out = open(file, "w")
+            except OSError as e:
+                raise OSError(e.errno, f"BatchEnergyReporter: cannot write {os.fsdecode(file)!r}: {e.strerror}") from e
+            self._own = True
+        elif hasattr(file, "write"):
+            self._out = file
+        else:
+            raise TypeError(f"BatchEnergyReporter: file must be a path or an open file object, not {type(file).__name__}")
         self._interval = reportInterval
         self._force = force
         self._header = False

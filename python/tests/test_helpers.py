@@ -72,6 +72,28 @@ def test_reporter():
     assert last == pytest.approx(now, abs=1e-5)
 
 
+def test_reporter_paths_and_arguments(tmp_path):
+    """A pathlib.Path is a path; a path that cannot be opened, a bad interval or a bad file argument is
+    a clear error at construction (nothing printed later from __del__)."""
+    system, topology, positions, force, _ = openmmnnp.createSystemFromXYZ(ANI2X, [drug("0003")])
+    simulation = app.Simulation(topology, system, openmm.VerletIntegrator(0.0005),
+                                openmm.Platform.getPlatformByName("CPU"))
+    simulation.context.setPositions(positions)
+    path = tmp_path / "energies.csv"
+    simulation.reporters.append(openmmnnp.BatchEnergyReporter(path, 1, force))
+    simulation.step(2)
+    del simulation.reporters[:]
+    rows = list(csv.reader(open(path)))
+    assert [r[0] for r in rows] == ["#Step", "1", "2"]
+    with pytest.raises(OSError, match="BatchEnergyReporter: cannot write"):
+        openmmnnp.BatchEnergyReporter(tmp_path / "absent" / "e.csv", 1, force)
+    for interval in (0, -3, 1.5, True, "10"):
+        with pytest.raises(ValueError, match="positive integer"):
+            openmmnnp.BatchEnergyReporter(io.StringIO(), interval, force)
+    with pytest.raises(TypeError, match="path or an open file"):
+        openmmnnp.BatchEnergyReporter(42, 1, force)
+
+
 def test_main_job_runs():
     result = subprocess.run([sys.executable, "-m", "openmmnnp.simulate", "--count", "2", "--steps", "4",
                              "--minimize", "2", "--platform", "CPU"], capture_output=True, text=True, timeout=600)
