@@ -93,6 +93,10 @@ static nnp_status check_flags(nnp_plan* plan, nnp_cuda_state* s) {
 
 extern "C" nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) {
     if (plan == NULL || io == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: NULL argument");
+    if (plan->model->family != &nnp_family_ani)
+        return nnp_fail(NNP_ERR_UNSUPPORTED, "the CUDA evaluation runs ANI models; '%s' is a %s model (evaluate it "
+                        "with nnp_evaluate_cpu, or OpenMM's Reference or CPU platform)", plan->model->name,
+                        plan->model->family->name);
     if (plan->n_atoms > 0 && io->positions == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: positions is NULL");
     if (io->forces_format != NNP_FORCES_NONE && io->forces == NULL)
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: forces is NULL");

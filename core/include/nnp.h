@@ -1,5 +1,5 @@
 /*
- * libnnp — ANI neural-network potentials for many molecules at once.
+ * libnnp — neural-network potentials (ANI, TensorNet) for many molecules at once.
  *
  * The engine-agnostic core of openmm-nnp: model files, evaluation of energies, per-batch
  * energies and forces. Pure C11; no OpenMM dependency.
@@ -7,8 +7,9 @@
  * Conventions
  *  - Every function that can fail returns an nnp_status. On failure it leaves its outputs
  *    untouched and stores a message, readable with nnp_last_error() on the same thread.
- *  - Units. Model files are in the ANI convention (Å, Hartree). The evaluation works in the
- *    units chosen for the plan with nnp_plan_set_units():
+ *  - Models come in families (nnp_model_family): ANI ensembles and torchmd-net TensorNet models.
+ *  - Units. A model file records its units (ANI: Å, Hartree; TensorNet: as converted, e.g. Å and
+ *    eV). The evaluation works in the units chosen for the plan with nnp_plan_set_units():
  *      NNP_UNITS_ANGSTROM_HARTREE (default): positions and box in Å, energies in Hartree,
  *                                            forces in Hartree/Å;
  *      NNP_UNITS_NM_KJMOL:                   positions and box in nm, energies in kJ/mol,
@@ -65,8 +66,15 @@ typedef enum nnp_status {
 
 typedef enum nnp_units {
     NNP_UNITS_ANGSTROM_HARTREE = 0,
-    NNP_UNITS_NM_KJMOL = 1
+    NNP_UNITS_NM_KJMOL = 1,
+    NNP_UNITS_MODEL = 2
 } nnp_units;
+
+/** Model families. */
+typedef enum nnp_family_id {
+    NNP_FAMILY_ANI = 1,       /**< ANI ensembles (TorchANI / NeuroChem): AEVs and atomic networks */
+    NNP_FAMILY_TENSORNET = 2  /**< torchmd-net TensorNet (e.g. AceFF), with a total charge per batch */
+} nnp_family_id;
 
 typedef struct nnp_model nnp_model;
 typedef struct nnp_plan nnp_plan;
@@ -116,6 +124,15 @@ NNP_API nnp_status nnp_model_save(const nnp_model* model, const char* path);
 NNP_API nnp_status nnp_model_save_buffer(const nnp_model* model, void** data, size_t* size);
 NNP_API void nnp_model_free(nnp_model* model);
 
+/** Family of the model (0 for NULL). */
+NNP_API nnp_family_id nnp_model_family(const nnp_model* model);
+/** Short name of the model's family: "ani", "tensornet" ("" for NULL). */
+NNP_API const char* nnp_model_family_name(const nnp_model* model);
+/**
+ * The model's own units: its energy unit in kJ/mol and its length unit in Å (ANI: Hartree and Å;
+ * a TensorNet model: the units given when it was converted). Either pointer may be NULL.
+ */
+NNP_API nnp_status nnp_model_units(const nnp_model* model, double* energy_kjmol, double* length_angstrom);
 /** Name of the model (e.g. "ani-2x_8x"). */
 NNP_API const char* nnp_model_name(const nnp_model* model);
 /** Number of ensemble members (0 for NULL). */
@@ -124,12 +141,13 @@ NNP_API int32_t nnp_model_num_members(const nnp_model* model);
 NNP_API int32_t nnp_model_num_elements(const nnp_model* model);
 /** Atomic number of the model's i-th element, or -1 if out of range. */
 NNP_API int32_t nnp_model_element(const nnp_model* model, int32_t index);
-/** Self energy of an element in Hartree; NNP_ERR_ELEMENT if the model lacks it. */
+/** ANI: self energy of an element in Hartree; NNP_ERR_ELEMENT if the model lacks it,
+    NNP_ERR_UNSUPPORTED for another family. */
 NNP_API nnp_status nnp_model_self_energy(const nnp_model* model, int32_t atomic_number,
                                          double* hartree);
-/** Radial cutoff in Å (the interaction range), or 0 for NULL. */
+/** The interaction range in Å (ANI: the radial cutoff; TensorNet: cutoff_upper), or 0 for NULL. */
 NNP_API double nnp_model_cutoff(const nnp_model* model);
-/** Length of the atomic environment vector (network input size), or 0 for NULL. */
+/** ANI: length of the atomic environment vector (network input size); 0 for NULL or another family. */
 NNP_API int32_t nnp_model_aev_length(const nnp_model* model);
 
 /* ---------------------------------------------------------------- plans */
@@ -153,6 +171,15 @@ NNP_API int32_t nnp_plan_num_batches(const nnp_plan* plan);
 /** Ensemble member to evaluate: -1 (default) for the ensemble mean, else 0..members-1. */
 NNP_API nnp_status nnp_plan_set_member(nnp_plan* plan, int32_t member);
 NNP_API int32_t nnp_plan_member(const nnp_plan* plan);
+/**
+ * Total charge (in elementary charges) of each batch: n_batches values, n_batches ≤ the plan's batch
+ * count (batches beyond get 0). nnp_plan_set_atoms() keeps the charges of batches that remain.
+ * ANI models refuse a non-zero charge (NNP_ERR_UNSUPPORTED); TensorNet takes them as torchmd-net
+ * does (q of the batch in its (1 + 0.1 q) factors).
+ */
+NNP_API nnp_status nnp_plan_set_batch_charges(nnp_plan* plan, int32_t n_batches, const int32_t* charges);
+/** Total charge of a batch (0 if not set or out of range). */
+NNP_API int32_t nnp_plan_batch_charge(const nnp_plan* plan, int32_t batch);
 /**
  * Threads of the CPU evaluation: 0 (default) for the environment variable NNP_NUM_THREADS or else
  * every online core. Results do not depend on the thread count.

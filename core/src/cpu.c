@@ -24,17 +24,6 @@
 #define NNP_PI 3.14159265358979323846
 #define CHUNK 32 /* atoms of one element pushed through a network together (weights stay in cache) */
 
-typedef struct neighbor {
-    int32_t j;
-    double r[3]; /* r_j − r_i, Å (minimum image when periodic) */
-    double d;
-} neighbor;
-
-typedef struct neighbor_list {
-    int32_t* start; /* n_atoms + 1 */
-    neighbor* items;
-} neighbor_list;
-
 static double cutoff_fn(double d, double rc) { return 0.5 * cos(NNP_PI * d / rc) + 0.5; }
 static double cutoff_deriv(double d, double rc) { return -0.5 * NNP_PI / rc * sin(NNP_PI * d / rc); }
 
@@ -57,101 +46,13 @@ nnp_status nnp_check_box(const double* box, double cutoff, double to_angstrom) {
     return NNP_OK;
 }
 
-/* r_j − r_i in Å with minimum image (box in Å, reduced form) or none (box == NULL). */
-static void displacement(const double* ri, const double* rj, const double* box, double out[3]) {
-    double r[3] = {rj[0] - ri[0], rj[1] - ri[1], rj[2] - ri[2]};
-    if (box != NULL) {
-        double s = round(r[2] / box[8]);
-        r[0] -= s * box[6], r[1] -= s * box[7], r[2] -= s * box[8];
-        s = round(r[1] / box[4]);
-        r[0] -= s * box[3], r[1] -= s * box[4];
-        s = round(r[0] / box[0]);
-        r[0] -= s * box[0];
-    }
-    memcpy(out, r, sizeof r);
-}
-
-/* ------------------------------------------------------------------ neighbours */
-
-/* All pairs within Rcr in the same batch. Each atom's neighbours are in increasing index order,
-   so a batch's result does not depend on the other batches. */
-static nnp_status build_neighbors(const nnp_plan* plan, const double* pos, const double* box,
-                                  neighbor_list* out) {
-    const double rc2 = plan->model->aev.Rcr * plan->model->aev.Rcr;
-    int32_t n = plan->n_atoms;
-    size_t cap = 1024, count = 0;
-    int32_t(*pairs)[2] = malloc(cap * sizeof *pairs);
-    int32_t* start = calloc((size_t)n + 1, sizeof *start);
-    if (pairs == NULL || start == NULL) {
-        free(pairs), free(start);
-        return nnp_fail(NNP_ERR_MEMORY, "out of memory for the neighbour list");
-    }
-    for (int32_t b = 0; b < plan->n_batches; b++) {
-        for (int32_t p = plan->batch_start[b]; p < plan->batch_start[b + 1]; p++) {
-            int32_t i = plan->order[p];
-            for (int32_t q = p + 1; q < plan->batch_start[b + 1]; q++) {
-                int32_t j = plan->order[q];
-                double r[3];
-                displacement(&pos[3 * i], &pos[3 * j], box, r);
-                double d2 = r[0] * r[0] + r[1] * r[1] + r[2] * r[2];
-                if (d2 > rc2) continue;
-                if (d2 == 0) {
-                    free(pairs), free(start);
-                    return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "atoms %d and %d of batch %d are at the same "
-                                    "position", i, j, b);
-                }
-                if (count == cap) {
-                    cap *= 2;
-                    void* grown = realloc(pairs, cap * sizeof *pairs);
-                    if (grown == NULL) {
-                        free(pairs), free(start);
-                        return nnp_fail(NNP_ERR_MEMORY, "out of memory for the neighbour list");
-                    }
-                    pairs = grown;
-                }
-                pairs[count][0] = i;
-                pairs[count][1] = j;
-                count++;
-                start[i + 1]++;
-                start[j + 1]++;
-            }
-        }
-    }
-    for (int32_t i = 0; i < n; i++) start[i + 1] += start[i];
-    neighbor* items = malloc((2 * count + 1) * sizeof *items);
-    int32_t* fill = malloc(((size_t)n + 1) * sizeof *fill);
-    if (items == NULL || fill == NULL) {
-        free(pairs), free(start), free(items), free(fill);
-        return nnp_fail(NNP_ERR_MEMORY, "out of memory for the neighbour list");
-    }
-    memcpy(fill, start, (size_t)n * sizeof *fill);
-    /* Pairs come ordered by (i, j) with i < j in index order within a batch, so filling in pair
-       order lists each atom's neighbours in increasing index order. */
-    for (size_t k = 0; k < count; k++) {
-        int32_t i = pairs[k][0], j = pairs[k][1];
-        neighbor* a = &items[fill[i]++];
-        neighbor* c = &items[fill[j]++];
-        a->j = j;
-        displacement(&pos[3 * i], &pos[3 * j], box, a->r);
-        a->d = sqrt(a->r[0] * a->r[0] + a->r[1] * a->r[1] + a->r[2] * a->r[2]);
-        c->j = i;
-        displacement(&pos[3 * j], &pos[3 * i], box, c->r);
-        c->d = sqrt(c->r[0] * c->r[0] + c->r[1] * c->r[1] + c->r[2] * c->r[2]);
-    }
-    free(pairs);
-    free(fill);
-    out->start = start;
-    out->items = items;
-    return NNP_OK;
-}
-
 /* ------------------------------------------------------------------ AEV */
 
 /* AEV of atom i: aev has model->aev_length entries, zeroed by the caller. */
-static void compute_aev(const nnp_model* model, const nnp_plan* plan, const neighbor_list* nl,
+static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl,
                         int32_t i, double* aev) {
     const nnp_aev_params* p = &model->aev;
-    const neighbor* nb = &nl->items[nl->start[i]];
+    const nnp_neighbor* nb = &nl->items[nl->start[i]];
     int32_t nn = nl->start[i + 1] - nl->start[i];
     for (int32_t a = 0; a < nn; a++) {
         double d = nb[a].d, fc = cutoff_fn(d, p->Rcr);
@@ -191,10 +92,10 @@ static void compute_aev(const nnp_model* model, const nnp_plan* plan, const neig
 
 /* dE/dr of atom i's AEV, given g = dE/dAEV, into local (Hartree/Å): slot 0 (3 values) for atom i
    itself, slot 1 + a for its neighbour a. local must be zeroed by the caller. */
-static void aev_backward(const nnp_model* model, const nnp_plan* plan, const neighbor_list* nl,
+static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl,
                          int32_t i, const double* g, double* local) {
     const nnp_aev_params* p = &model->aev;
-    const neighbor* nb = &nl->items[nl->start[i]];
+    const nnp_neighbor* nb = &nl->items[nl->start[i]];
     int32_t nn = nl->start[i + 1] - nl->start[i];
     for (int32_t a = 0; a < nn; a++) {
         double d = nb[a].d, fc = cutoff_fn(d, p->Rcr), dfc = cutoff_deriv(d, p->Rcr);
@@ -376,7 +277,7 @@ static nnp_status alloc_workspace(const nnp_model* model, workspace* ws) {
 typedef struct eval_job {
     const nnp_model* model;
     const nnp_plan* plan;
-    const neighbor_list* nl;
+    const nnp_neighbors* nl;
     const int32_t* order;      /* atoms sorted by element, index order within */
     const nnp_chunk* chunks;
     int32_t n_chunks;
@@ -436,6 +337,8 @@ static int32_t default_threads(void) {
     return n < 1 ? 1 : n > NNP_MAX_THREADS ? NNP_MAX_THREADS : (int32_t)n;
 }
 
+int32_t nnp_plan_threads(const nnp_plan* plan) { return plan->n_threads > 0 ? plan->n_threads : default_threads(); }
+
 nnp_status nnp_plan_set_num_threads(nnp_plan* plan, int32_t n_threads) {
     if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_num_threads: plan is NULL");
     if (n_threads < 0 || n_threads > NNP_MAX_THREADS)
@@ -444,29 +347,16 @@ nnp_status nnp_plan_set_num_threads(nnp_plan* plan, int32_t n_threads) {
     return NNP_OK;
 }
 
-nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const double* box, double* energy,
-                            double* batch_energies, double* forces) {
-    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cpu: plan is NULL");
+/* ANI's CPU evaluation (the family's evaluate_cpu): pos and box in Å, energies in Hartree. */
+nnp_status nnp_ani_evaluate_cpu(nnp_plan* plan, const double* pos, const double* box, double* atom_energy,
+                                double* batch_energy, double* grad_out) {
+    (void)batch_energy;
     int32_t n = plan->n_atoms;
-    if (n > 0 && positions == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cpu: positions is NULL");
     const nnp_model* model = plan->model;
-    const double to_angstrom = plan->units == NNP_UNITS_NM_KJMOL ? 10.0 : 1.0;
-    const double energy_unit = plan->units == NNP_UNITS_NM_KJMOL ? NNP_HARTREE_TO_KJMOL : 1.0;
-    for (int32_t i = 0; i < 3 * n; i++)
-        if (!isfinite(positions[i]))
-            return nnp_fail(NNP_ERR_NONFINITE, "coordinate %c of atom %d is not finite (%g)", "xyz"[i % 3], i / 3,
-                            positions[i]);
-    double box_a[9];
-    if (box != NULL) {
-        nnp_status st = nnp_check_box(box, model->aev.Rcr, to_angstrom);
-        if (st != NNP_OK) return st;
-        for (int k = 0; k < 9; k++) box_a[k] = box[k] * to_angstrom;
-    }
-    for (int32_t i = 0; i < 3 * n; i++) plan->pos[i] = positions[i] * to_angstrom;
-    neighbor_list nl = {0};
-    nnp_status st = build_neighbors(plan, plan->pos, box ? box_a : NULL, &nl);
+    nnp_neighbors nl = {0};
+    nnp_status st = nnp_neighbors_build(plan, pos, box, model->aev.Rcr, &nl);
     if (st != NNP_OK) return st;
-
+    int forces = grad_out != NULL;
     /* Chunks: atoms grouped by element, index order within an element. */
     int32_t n_chunks = 0, filled = 0;
     for (int32_t e = 0; e < model->n_elements; e++) {
@@ -476,26 +366,26 @@ nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const doubl
         for (int32_t c0 = first; c0 < filled; c0 += CHUNK)
             plan->chunks[n_chunks++] = (nnp_chunk){e, c0, filled - c0 < CHUNK ? filled - c0 : CHUNK};
     }
-    int32_t n_threads = plan->n_threads > 0 ? plan->n_threads : default_threads();
+    int32_t n_threads = nnp_plan_threads(plan);
     if (n_threads > n_chunks) n_threads = n_chunks > 0 ? n_chunks : 1;
     size_t n_local = forces ? 3 * ((size_t)nl.start[n] + (size_t)n) : 0;
     size_t* local_start = forces ? malloc(((size_t)n + 1) * sizeof *local_start) : NULL;
     double* local = forces ? calloc(n_local + 1, sizeof *local) : NULL;
     double* atom_e = calloc((size_t)n + 1, sizeof *atom_e);
-    double* per_batch = calloc((size_t)plan->n_batches + 1, sizeof *per_batch);
     workspace* ws = calloc((size_t)n_threads, sizeof *ws);
-    int ok = atom_e && per_batch && ws && (!forces || (local && local_start));
+    int ok = atom_e && ws && (!forces || (local && local_start));
     for (int32_t t = 0; ok && t < n_threads; t++) ok = alloc_workspace(model, &ws[t]) == NNP_OK;
     if (!ok) {
         for (int32_t t = 0; ws && t < n_threads; t++) free_workspace(&ws[t]);
-        free(ws), free(local), free(local_start), free(atom_e), free(per_batch), free(nl.start), free(nl.items);
+        free(ws), free(local), free(local_start), free(atom_e);
+        nnp_neighbors_free(&nl);
         return nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms", n);
     }
     for (int32_t i = 0; forces && i < n; i++) local_start[i] = 3 * ((size_t)nl.start[i] + (size_t)i);
 
     eval_job job = {.model = model, .plan = plan, .nl = &nl, .order = plan->by_element, .chunks = plan->chunks,
                     .n_chunks = n_chunks, .m_first = plan->member < 0 ? 0 : plan->member,
-                    .m_last = plan->member < 0 ? model->n_members : plan->member + 1, .with_forces = forces != NULL,
+                    .m_last = plan->member < 0 ? model->n_members : plan->member + 1, .with_forces = forces,
                     .atom_e = atom_e, .local = local, .local_start = local_start, .ws = ws};
     atomic_init(&job.next, 0);
     pthread_t threads[NNP_MAX_THREADS];
@@ -510,11 +400,9 @@ nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const doubl
     for (int32_t t = 1; t <= started; t++) pthread_join(threads[t], NULL);
 
     /* Forces: every atom's contributions, added in chunk order. */
-    double* grad = NULL;
+    double* grad = grad_out;
     if (forces) {
-        grad = calloc((size_t)3 * n + 1, sizeof *grad);
-        if (grad == NULL) st = nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms", n);
-        for (int32_t p = 0; grad && p < n; p++) {
+        for (int32_t p = 0; p < n; p++) {
             int32_t i = plan->by_element[p];
             const double* l = local + local_start[i];
             for (int k = 0; k < 3; k++) grad[3 * i + k] += l[k];
@@ -524,11 +412,58 @@ nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const doubl
             }
         }
     }
-    /* Per-batch reduction, in atom index order: E_b = Σ (e_i + self energy); E = Σ_b E_b. */
+    for (int32_t i = 0; i < n; i++) atom_energy[i] += atom_e[i] + model->self_energies[plan->elements[i]];
+    for (int32_t t = 0; t < n_threads; t++) free_workspace(&ws[t]);
+    free(ws), free(local), free(local_start), free(atom_e);
+    nnp_neighbors_free(&nl);
+    return st;
+}
+
+/* Energy and length factors from the model's units to the plan's. */
+static void plan_units(const nnp_plan* plan, double* energy_factor, double* length_angstrom) {
+    const nnp_model* model = plan->model;
+    double e_unit = plan->units == NNP_UNITS_NM_KJMOL ? 1.0
+                    : plan->units == NNP_UNITS_MODEL  ? model->energy_to_kjmol
+                                                      : NNP_HARTREE_TO_KJMOL;
+    *energy_factor = e_unit == model->energy_to_kjmol ? 1.0 : model->energy_to_kjmol / e_unit;
+    *length_angstrom = plan->units == NNP_UNITS_NM_KJMOL ? 10.0
+                       : plan->units == NNP_UNITS_MODEL  ? model->length_to_angstrom
+                                                         : 1.0;
+}
+
+nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const double* box, double* energy,
+                            double* batch_energies, double* forces) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cpu: plan is NULL");
+    int32_t n = plan->n_atoms;
+    if (n > 0 && positions == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cpu: positions is NULL");
+    const nnp_model* model = plan->model;
+    double energy_unit, to_angstrom;
+    plan_units(plan, &energy_unit, &to_angstrom);
+    /* plan length unit → model length unit */
+    const double to_model = to_angstrom == model->length_to_angstrom ? 1.0 : to_angstrom / model->length_to_angstrom;
+    for (int32_t i = 0; i < 3 * n; i++)
+        if (!isfinite(positions[i]))
+            return nnp_fail(NNP_ERR_NONFINITE, "coordinate %c of atom %d is not finite (%g)", "xyz"[i % 3], i / 3,
+                            positions[i]);
+    double box_m[9];
+    if (box != NULL) {
+        nnp_status st = nnp_check_box(box, model->family->cutoff(model) * model->length_to_angstrom, to_angstrom);
+        if (st != NNP_OK) return st;
+        for (int k = 0; k < 9; k++) box_m[k] = box[k] * to_model;
+    }
+    for (int32_t i = 0; i < 3 * n; i++) plan->pos[i] = positions[i] * to_model;
+    double* atom_e = calloc((size_t)n + 1, sizeof *atom_e);
+    double* per_batch = calloc((size_t)plan->n_batches + 1, sizeof *per_batch);
+    double* grad = forces ? calloc((size_t)3 * n + 1, sizeof *grad) : NULL;
+    if (atom_e == NULL || per_batch == NULL || (forces && grad == NULL)) {
+        free(atom_e), free(per_batch), free(grad);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms", n);
+    }
+    nnp_status st = model->family->evaluate_cpu(plan, plan->pos, box ? box_m : NULL, atom_e, per_batch, grad);
+    /* Per-batch reduction, in atom index order: E_b = (batch terms) + Σ atom energies; E = Σ_b E_b. */
     double total = 0;
-    for (int32_t i = 0; i < n; i++)
-        per_batch[plan->batches[i]] += (atom_e[i] + model->self_energies[plan->elements[i]]) * energy_unit;
-    for (int32_t b = 0; b < plan->n_batches; b++) total += per_batch[b];
+    for (int32_t i = 0; i < n; i++) per_batch[plan->batches[i]] += atom_e[i];
+    for (int32_t b = 0; b < plan->n_batches; b++) total += (per_batch[b] *= energy_unit);
     int finite = isfinite(total);
     for (int32_t i = 0; grad && finite && i < 3 * n; i++) finite = isfinite(grad[i]);
     if (st == NNP_OK && !finite)
@@ -537,9 +472,8 @@ nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const doubl
         if (energy != NULL) *energy = total;
         if (batch_energies != NULL) memcpy(batch_energies, per_batch, (size_t)plan->n_batches * sizeof *per_batch);
         if (forces != NULL)
-            for (int32_t i = 0; i < 3 * n; i++) forces[i] = -grad[i] * energy_unit * to_angstrom;
+            for (int32_t i = 0; i < 3 * n; i++) forces[i] = -grad[i] * energy_unit * to_model;
     }
-    for (int32_t t = 0; t < n_threads; t++) free_workspace(&ws[t]);
-    free(ws), free(local), free(local_start), free(atom_e), free(per_batch), free(grad), free(nl.start), free(nl.items);
+    free(atom_e), free(per_batch), free(grad);
     return st;
 }

@@ -42,8 +42,19 @@ typedef struct nnp_aev_params {
         ShfA[NNP_MAX_TERMS], ShfZ[NNP_MAX_TERMS];
 } nnp_aev_params;
 
+/* A model family: what the generic core (model file container, plans, neighbour search, per-batch
+   sums, unit conversion) asks of a family. One table per family; the model points to its own. */
+typedef struct nnp_family nnp_family;
+struct reader;
+struct writer;
+
 struct nnp_model {
     char name[64];
+    const nnp_family* family;
+    void* family_data;       /* the family's own parameters (NULL for ANI, whose fields follow) */
+    double energy_to_kjmol;  /* the model's energy unit in kJ/mol (ANI: Hartree) */
+    double length_to_angstrom; /* the model's length unit in Å (ANI: 1) */
+    /* ANI's parameters */
     nnp_aev_params aev;
     int32_t n_elements;
     int32_t atomic_numbers[NNP_MAX_ELEMENTS];
@@ -54,6 +65,53 @@ struct nnp_model {
     int32_t radial_sub, angular_sub, radial_length, aev_length;
     int32_t pair_index[NNP_MAX_ELEMENTS][NNP_MAX_ELEMENTS]; /* angular block of an element pair */
 };
+
+/* Neighbours of every atom within a cutoff, in its batch (neighbors.c). */
+typedef struct nnp_neighbor {
+    int32_t j;
+    double r[3]; /* r_j − r_i, in the model's length unit (minimum image when periodic) */
+    double d;
+} nnp_neighbor;
+
+typedef struct nnp_neighbors {
+    int32_t* start; /* n_atoms + 1 offsets into items; atom i's neighbours are in increasing index order */
+    nnp_neighbor* items;
+} nnp_neighbors;
+
+/* All pairs closer than cutoff in the same batch (pos, box in the model's length unit; box NULL
+   or reduced form). Two atoms of a batch at the same position are an error. */
+nnp_status nnp_neighbors_build(const nnp_plan* plan, const double* pos, const double* box, double cutoff,
+                               nnp_neighbors* out);
+void nnp_neighbors_free(nnp_neighbors* nl);
+
+/* Runs fn(ctx, item, thread) for item = 0 .. n_items-1 on up to n_threads threads (thread 0 is the
+   caller); items are taken in order from a shared counter. */
+void nnp_parallel_for(int32_t n_threads, int32_t n_items, void (*fn)(void* ctx, int32_t item, int32_t thread),
+                      void* ctx);
+/* The thread count of a CPU evaluation: the plan's, else NNP_NUM_THREADS, else every core. */
+int32_t nnp_plan_threads(const nnp_plan* plan);
+
+struct nnp_family {
+    nnp_family_id id;
+    const char* name;
+    /* Reads the family's payload (after the name) into model; writes it back. */
+    nnp_status (*read_payload)(struct reader* r, nnp_model* model);
+    void (*write_payload)(struct writer* w, const nnp_model* model);
+    void (*free_data)(nnp_model* model);
+    /* The interaction range in the model's length unit. */
+    double (*cutoff)(const nnp_model* model);
+    /* Whether an atomic number is covered (index ≥ 0, the per-atom element index), or -1. */
+    int32_t (*element_index)(const nnp_model* model, int32_t atomic_number);
+    /* NNP_OK if the family can evaluate a batch of this total charge; else an error naming why. */
+    nnp_status (*check_charge)(const nnp_model* model, int32_t batch, int32_t charge);
+    /* CPU evaluation in the model's units. pos, box: model length unit. Adds each atom's energy to
+       atom_energy and each batch's constant terms to batch_energy; if grad != NULL, adds dE/dr. */
+    nnp_status (*evaluate_cpu)(nnp_plan* plan, const double* pos, const double* box, double* atom_energy,
+                               double* batch_energy, double* grad);
+};
+extern const nnp_family nnp_family_ani;
+extern const nnp_family nnp_family_tensornet;
+const nnp_family* nnp_family_by_id(uint32_t id);
 
 /* A chunk of the CPU evaluation: up to CHUNK atoms of one element (cpu.c). */
 typedef struct nnp_chunk {
@@ -69,6 +127,7 @@ struct nnp_plan {
     int32_t* atomic_numbers;
     int32_t* elements; /* element index in the model, per atom */
     int32_t* batches;
+    int32_t* batch_charges; /* n_batches total charges (elementary charges), default 0 */
     int32_t* order;       /* atoms sorted by batch, stable (index order within a batch) */
     int32_t* batch_start; /* n_batches + 1 offsets into order */
     int32_t n_threads;    /* CPU evaluation threads; 0: NNP_NUM_THREADS or all cores */

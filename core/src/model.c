@@ -8,6 +8,9 @@
 nnp_model* nnp_model_alloc(int32_t n_members, int32_t n_elements) {
     nnp_model* model = calloc(1, sizeof *model);
     if (model == NULL) return NULL;
+    model->family = &nnp_family_ani;
+    model->energy_to_kjmol = NNP_HARTREE_TO_KJMOL;
+    model->length_to_angstrom = 1.0;
     model->n_members = n_members;
     model->n_elements = n_elements;
     model->networks = calloc((size_t)n_members * (size_t)n_elements, sizeof *model->networks);
@@ -20,6 +23,7 @@ nnp_model* nnp_model_alloc(int32_t n_members, int32_t n_elements) {
 
 void nnp_model_free(nnp_model* model) {
     if (model == NULL) return;
+    if (model->family != NULL && model->family->free_data != NULL) model->family->free_data(model);
     if (model->networks != NULL) {
         for (int32_t i = 0; i < model->n_members * model->n_elements; i++)
             for (int32_t l = 0; l < model->networks[i].n_layers; l++) {
@@ -127,17 +131,34 @@ int32_t nnp_model_element_index(const nnp_model* model, int32_t atomic_number) {
 const char* nnp_model_name(const nnp_model* model) { return model ? model->name : ""; }
 int32_t nnp_model_num_members(const nnp_model* model) { return model ? model->n_members : 0; }
 int32_t nnp_model_num_elements(const nnp_model* model) { return model ? model->n_elements : 0; }
-double nnp_model_cutoff(const nnp_model* model) { return model ? model->aev.Rcr : 0.0; }
-int32_t nnp_model_aev_length(const nnp_model* model) { return model ? model->aev_length : 0; }
+double nnp_model_cutoff(const nnp_model* model) {
+    return model ? model->family->cutoff(model) * model->length_to_angstrom : 0.0;
+}
+int32_t nnp_model_aev_length(const nnp_model* model) {
+    return model && model->family == &nnp_family_ani ? model->aev_length : 0;
+}
+nnp_family_id nnp_model_family(const nnp_model* model) { return model ? model->family->id : (nnp_family_id)0; }
+const char* nnp_model_family_name(const nnp_model* model) { return model ? model->family->name : ""; }
+
+nnp_status nnp_model_units(const nnp_model* model, double* energy_kjmol, double* length_angstrom) {
+    if (model == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_units: model is NULL");
+    if (energy_kjmol != NULL) *energy_kjmol = model->energy_to_kjmol;
+    if (length_angstrom != NULL) *length_angstrom = model->length_to_angstrom;
+    return NNP_OK;
+}
 
 int32_t nnp_model_element(const nnp_model* model, int32_t index) {
     if (model == NULL || index < 0 || index >= model->n_elements) return -1;
+    if (model->family != &nnp_family_ani) return index + 1; /* elements 1 .. n_elements */
     return model->atomic_numbers[index];
 }
 
 nnp_status nnp_model_self_energy(const nnp_model* model, int32_t atomic_number, double* hartree) {
     if (model == NULL || hartree == NULL)
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_model_self_energy: NULL argument");
+    if (model->family != &nnp_family_ani)
+        return nnp_fail(NNP_ERR_UNSUPPORTED, "model '%s' is a %s model: self energies are ANI's", model->name,
+                        model->family->name);
     int32_t e = nnp_model_element_index(model, atomic_number);
     if (e < 0)
         return nnp_fail(NNP_ERR_ELEMENT, "model '%s' has no element with atomic number %d",

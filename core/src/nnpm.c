@@ -1,14 +1,20 @@
 /*
- * The project's own single-file model format (".nnpm"), version 1. All integers little-endian.
+ * The project's own single-file model format (".nnpm"), version 2. All integers little-endian.
  *
  *   offset 0   8 bytes   magic "NNPMODEL"
- *          8   u32       format version (1)
+ *          8   u32       format version (2; version 1 is still read)
  *         12   u64       payload size P
  *         20   P bytes   payload
  *       20+P   u32       CRC-32 (IEEE, as zlib) of bytes 0 .. 20+P-1
  *
- * Payload:
+ * Payload of version 2:
+ *   u32 family (nnp_family_id: 1 ANI, 2 TensorNet)
  *   u32 name length, name bytes
+ *   f64 energy unit in kJ/mol, f64 length unit in Å (the model's own units)
+ *   the family's payload: ANI's below, TensorNet's in core/models/tensornet/tensornet.c
+ * Payload of version 1 (ANI only, Å and Hartree): u32 name length, name bytes, ANI's payload.
+ *
+ * ANI's payload:
  *   f64 Rcr, f64 Rca (Å)
  *   6 × (u32 n, n × f64): EtaR, ShfR, EtaA, Zeta, ShfA, ShfZ
  *   u32 element count E; E × (u32 atomic number, f64 self energy in Hartree)
@@ -19,13 +25,14 @@
  * The payload must be consumed exactly. Readers reject other versions with a clear message.
  */
 #include "internal.h"
+#include "nnpm_io.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define NNPM_MAGIC "NNPMODEL"
-#define NNPM_VERSION 1u
+#define NNPM_VERSION 2u
 #define NNPM_HEADER 20u
 #define NNPM_MAX_SIZE ((uint64_t)1 << 32)
 
@@ -45,59 +52,34 @@ static uint32_t crc32_update(uint32_t crc, const unsigned char* data, size_t n) 
     return ~crc;
 }
 
-/* ------------------------------------------------------------------ writer */
-
-typedef struct writer {
-    unsigned char* data;
-    size_t size, cap;
-    int failed;
-} writer;
-
-static void put_bytes(writer* w, const void* src, size_t n) {
-    if (w->failed) return;
-    if (w->size + n > w->cap) {
-        size_t cap = w->cap ? w->cap : 4096;
-        while (cap < w->size + n) cap *= 2;
-        unsigned char* grown = realloc(w->data, cap);
-        if (grown == NULL) {
-            w->failed = 1;
-            return;
+static void ani_write_payload(writer* w, const nnp_model* model) {
+    const nnp_aev_params* p = &model->aev;
+    put_f64(w, p->Rcr);
+    put_f64(w, p->Rca);
+    put_list(w, p->EtaR, p->nEtaR);
+    put_list(w, p->ShfR, p->nShfR);
+    put_list(w, p->EtaA, p->nEtaA);
+    put_list(w, p->Zeta, p->nZeta);
+    put_list(w, p->ShfA, p->nShfA);
+    put_list(w, p->ShfZ, p->nShfZ);
+    put_u32(w, (uint32_t)model->n_elements);
+    for (int32_t e = 0; e < model->n_elements; e++) {
+        put_u32(w, (uint32_t)model->atomic_numbers[e]);
+        put_f64(w, model->self_energies[e]);
+    }
+    put_u32(w, (uint32_t)model->n_members);
+    for (int32_t i = 0; i < model->n_members * model->n_elements; i++) {
+        const nnp_network* net = &model->networks[i];
+        put_u32(w, (uint32_t)net->n_layers);
+        for (int32_t l = 0; l < net->n_layers; l++) {
+            const nnp_layer* layer = &net->layers[l];
+            put_u32(w, (uint32_t)layer->n_in);
+            put_u32(w, (uint32_t)layer->n_out);
+            put_u32(w, (uint32_t)layer->activation);
+            put_f32s(w, layer->weights, (size_t)layer->n_in * (size_t)layer->n_out);
+            put_f32s(w, layer->biases, (size_t)layer->n_out);
         }
-        w->data = grown;
-        w->cap = cap;
     }
-    memcpy(w->data + w->size, src, n);
-    w->size += n;
-}
-
-static void put_u32(writer* w, uint32_t v) {
-    unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-                          (unsigned char)(v >> 24)};
-    put_bytes(w, b, 4);
-}
-
-static void put_u64(writer* w, uint64_t v) {
-    put_u32(w, (uint32_t)v);
-    put_u32(w, (uint32_t)(v >> 32));
-}
-
-static void put_f64(writer* w, double v) {
-    uint64_t bits;
-    memcpy(&bits, &v, 8);
-    put_u64(w, bits);
-}
-
-static void put_f32s(writer* w, const float* v, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, &v[i], 4);
-        put_u32(w, bits);
-    }
-}
-
-static void put_list(writer* w, const double* v, int32_t n) {
-    put_u32(w, (uint32_t)n);
-    for (int32_t i = 0; i < n; i++) put_f64(w, v[i]);
 }
 
 nnp_status nnp_model_save_buffer(const nnp_model* model, void** data, size_t* size) {
@@ -107,36 +89,13 @@ nnp_status nnp_model_save_buffer(const nnp_model* model, void** data, size_t* si
     put_bytes(&w, NNPM_MAGIC, 8);
     put_u32(&w, NNPM_VERSION);
     put_u64(&w, 0); /* payload size, patched below */
+    put_u32(&w, (uint32_t)model->family->id);
     uint32_t name_len = (uint32_t)strlen(model->name);
     put_u32(&w, name_len);
     put_bytes(&w, model->name, name_len);
-    const nnp_aev_params* p = &model->aev;
-    put_f64(&w, p->Rcr);
-    put_f64(&w, p->Rca);
-    put_list(&w, p->EtaR, p->nEtaR);
-    put_list(&w, p->ShfR, p->nShfR);
-    put_list(&w, p->EtaA, p->nEtaA);
-    put_list(&w, p->Zeta, p->nZeta);
-    put_list(&w, p->ShfA, p->nShfA);
-    put_list(&w, p->ShfZ, p->nShfZ);
-    put_u32(&w, (uint32_t)model->n_elements);
-    for (int32_t e = 0; e < model->n_elements; e++) {
-        put_u32(&w, (uint32_t)model->atomic_numbers[e]);
-        put_f64(&w, model->self_energies[e]);
-    }
-    put_u32(&w, (uint32_t)model->n_members);
-    for (int32_t i = 0; i < model->n_members * model->n_elements; i++) {
-        const nnp_network* net = &model->networks[i];
-        put_u32(&w, (uint32_t)net->n_layers);
-        for (int32_t l = 0; l < net->n_layers; l++) {
-            const nnp_layer* layer = &net->layers[l];
-            put_u32(&w, (uint32_t)layer->n_in);
-            put_u32(&w, (uint32_t)layer->n_out);
-            put_u32(&w, (uint32_t)layer->activation);
-            put_f32s(&w, layer->weights, (size_t)layer->n_in * (size_t)layer->n_out);
-            put_f32s(&w, layer->biases, (size_t)layer->n_out);
-        }
-    }
+    put_f64(&w, model->energy_to_kjmol);
+    put_f64(&w, model->length_to_angstrom);
+    model->family->write_payload(&w, model);
     if (w.failed) {
         free(w.data);
         return nnp_fail(NNP_ERR_MEMORY, "out of memory writing the model");
@@ -181,74 +140,17 @@ nnp_status nnp_model_save(const nnp_model* model, const char* path) {
     return NNP_OK;
 }
 
-/* ------------------------------------------------------------------ reader */
-
-typedef struct reader {
-    const unsigned char* p;
-    size_t left;
-    int short_read;
-} reader;
-
-static int get_bytes(reader* r, void* dst, size_t n) {
-    if (r->short_read || r->left < n) {
-        r->short_read = 1;
-        return 0;
-    }
-    memcpy(dst, r->p, n);
-    r->p += n;
-    r->left -= n;
-    return 1;
-}
-
-static uint32_t get_u32(reader* r) {
-    unsigned char b[4];
-    if (!get_bytes(r, b, 4)) return 0;
-    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
-static uint64_t get_u64(reader* r) {
-    uint64_t lo = get_u32(r);
-    return lo | (uint64_t)get_u32(r) << 32;
-}
-
-static double get_f64(reader* r) {
-    uint64_t bits = get_u64(r);
-    double v;
-    memcpy(&v, &bits, 8);
-    return v;
-}
-
-static nnp_status get_list(reader* r, const char* name, double* v, int32_t* n) {
-    uint32_t count = get_u32(r);
-    if (count < 1 || count > NNP_MAX_TERMS)
-        return nnp_fail(NNP_ERR_FORMAT, "model file: %s has %u entries", name, count);
-    *n = (int32_t)count;
-    for (uint32_t i = 0; i < count; i++) v[i] = get_f64(r);
-    return NNP_OK;
-}
-
-static nnp_status get_floats(reader* r, size_t n, float** out) {
-    if (r->left / 4 < n) {
-        r->short_read = 1;
-        return nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
-    }
-    float* v = malloc(n * sizeof(float) + 1);
-    if (v == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        uint32_t bits = get_u32(r);
-        memcpy(&v[i], &bits, 4);
-    }
-    *out = v;
-    return NNP_OK;
-}
-
-static nnp_status read_payload(reader* r, nnp_model** out) {
-    char name[sizeof((nnp_model*)0)->name];
+static nnp_status read_name(reader* r, char* name, size_t size) {
     uint32_t name_len = get_u32(r);
-    if (name_len >= sizeof name) return nnp_fail(NNP_ERR_FORMAT, "model file: name too long");
+    if (name_len >= size) return nnp_fail(NNP_ERR_FORMAT, "model file: name too long");
     if (!get_bytes(r, name, name_len)) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
     name[name_len] = '\0';
     if (strlen(name) != name_len) return nnp_fail(NNP_ERR_FORMAT, "model file: bad name");
+    return NNP_OK;
+}
+
+/* ANI's payload, after the name; allocates the networks of model. */
+static nnp_status ani_read_payload(reader* r, nnp_model* model) {
     nnp_aev_params p;
     memset(&p, 0, sizeof p);
     p.Rcr = get_f64(r);
@@ -275,9 +177,10 @@ static nnp_status read_payload(reader* r, nnp_model** out) {
     if (r->short_read) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
     if (n_members < 1 || n_members > NNP_MAX_MEMBERS)
         return nnp_fail(NNP_ERR_FORMAT, "model file: %u members", n_members);
-    nnp_model* model = nnp_model_alloc((int32_t)n_members, (int32_t)n_elements);
-    if (model == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
-    memcpy(model->name, name, name_len + 1);
+    model->networks = calloc((size_t)n_members * n_elements, sizeof *model->networks);
+    if (model->networks == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    model->n_members = (int32_t)n_members;
+    model->n_elements = (int32_t)n_elements;
     model->aev = p;
     memcpy(model->atomic_numbers, z, n_elements * sizeof z[0]);
     memcpy(model->self_energies, sae, n_elements * sizeof sae[0]);
@@ -310,8 +213,40 @@ static nnp_status read_payload(reader* r, nnp_model** out) {
         }
     }
     if (st == NNP_OK && r->short_read) st = nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
+    return st;
+}
+
+static nnp_status read_payload(reader* r, uint32_t version, nnp_model** out) {
+    char name[sizeof((nnp_model*)0)->name];
+    const nnp_family* family = &nnp_family_ani;
+    double energy_unit = NNP_HARTREE_TO_KJMOL, length_unit = 1.0;
+    nnp_status st;
+    if (version >= 2) {
+        uint32_t id = get_u32(r);
+        family = nnp_family_by_id(id);
+        if (family == NULL)
+            return nnp_fail(NNP_ERR_FORMAT, "model file: unknown model family %u (this library, %s, reads 1 = ANI "
+                            "and 2 = TensorNet)", id, nnp_version());
+        if ((st = read_name(r, name, sizeof name)) != NNP_OK) return st;
+        energy_unit = get_f64(r);
+        length_unit = get_f64(r);
+        if (r->short_read) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
+        if (!(energy_unit > 0 && energy_unit < 1e12) || !(length_unit > 0 && length_unit < 1e12))
+            return nnp_fail(NNP_ERR_FORMAT, "model file: units %g kJ/mol, %g Å are not valid", energy_unit,
+                            length_unit);
+    } else if ((st = read_name(r, name, sizeof name)) != NNP_OK) {
+        return st;
+    }
+    nnp_model* model = calloc(1, sizeof *model);
+    if (model == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    memcpy(model->name, name, strlen(name) + 1);
+    model->family = family;
+    model->energy_to_kjmol = energy_unit;
+    model->length_to_angstrom = length_unit;
+    st = family->read_payload(r, model);
+    if (st == NNP_OK && r->short_read) st = nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
     if (st == NNP_OK && r->left != 0)
-        st = nnp_fail(NNP_ERR_FORMAT, "model file: %zu unexpected bytes after the networks", r->left);
+        st = nnp_fail(NNP_ERR_FORMAT, "model file: %zu unexpected bytes after the %s model", r->left, family->name);
     if (st != NNP_OK) {
         nnp_model_free(model);
         return st;
@@ -335,9 +270,9 @@ nnp_status nnp_model_load_buffer(const void* data, size_t size, nnp_model** mode
     uint32_t version = get_u32(&r);
     uint64_t payload = get_u64(&r);
     if (r.short_read) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated (%zu bytes)", size);
-    if (version != NNPM_VERSION)
+    if (version < 1 || version > NNPM_VERSION)
         return nnp_fail(NNP_ERR_FORMAT, "model file has format version %u; this library (%s) reads "
-                        "version %u", version, nnp_version(), NNPM_VERSION);
+                        "versions 1 to %u", version, nnp_version(), NNPM_VERSION);
     if (payload > NNPM_MAX_SIZE || (uint64_t)size != NNPM_HEADER + payload + 4)
         return nnp_fail(NNP_ERR_FORMAT, "model file has %zu bytes, its header says %llu: %s", size,
                         (unsigned long long)(NNPM_HEADER + payload + 4),
@@ -352,7 +287,7 @@ nnp_status nnp_model_load_buffer(const void* data, size_t size, nnp_model** mode
     (void)stored;
 #endif
     r.left = (size_t)payload;
-    return read_payload(&r, model);
+    return read_payload(&r, version, model);
 }
 
 nnp_status nnp_model_load(const char* path, nnp_model** model) {
@@ -427,4 +362,35 @@ nnp_status nnp_model_load(const char* path, nnp_model** model) {
     }
     if (st != NNP_OK) return nnp_fail(st, "%s: %s", path, nnp_last_error());
     return NNP_OK;
+}
+
+/* ------------------------------------------------------------------ families */
+
+static double ani_cutoff(const nnp_model* model) { return model->aev.Rcr; }
+
+static nnp_status ani_check_charge(const nnp_model* model, int32_t batch, int32_t charge) {
+    if (charge == 0) return NNP_OK;
+    return nnp_fail(NNP_ERR_UNSUPPORTED, "batch %d: total charge %d, but ANI model '%s' describes neutral molecules "
+                    "only (a TensorNet model such as AceFF takes charges)", batch, charge, model->name);
+}
+
+nnp_status nnp_ani_evaluate_cpu(nnp_plan* plan, const double* pos, const double* box, double* atom_energy,
+                                double* batch_energy, double* grad);
+
+const nnp_family nnp_family_ani = {
+    .id = NNP_FAMILY_ANI,
+    .name = "ani",
+    .read_payload = ani_read_payload,
+    .write_payload = ani_write_payload,
+    .free_data = NULL,
+    .cutoff = ani_cutoff,
+    .element_index = nnp_model_element_index,
+    .check_charge = ani_check_charge,
+    .evaluate_cpu = nnp_ani_evaluate_cpu,
+};
+
+const nnp_family* nnp_family_by_id(uint32_t id) {
+    if (id == NNP_FAMILY_ANI) return &nnp_family_ani;
+    if (id == NNP_FAMILY_TENSORNET) return &nnp_family_tensornet;
+    return NULL;
 }

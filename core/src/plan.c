@@ -27,6 +27,8 @@ static void free_atoms(nnp_plan* plan) {
     free(plan->by_element);
     free(plan->chunks);
     free(plan->particles);
+    free(plan->batch_charges);
+    plan->batch_charges = NULL;
     plan->particles = NULL;
     plan->atomic_numbers = plan->elements = plan->batches = plan->order = plan->batch_start = NULL;
     plan->pos = NULL;
@@ -51,10 +53,10 @@ nnp_status nnp_plan_set_atoms(nnp_plan* plan, int32_t n_atoms, const int32_t* at
     const nnp_model* model = plan->model;
     int32_t max_batch = -1;
     for (int32_t i = 0; i < n_atoms; i++) {
-        if (nnp_model_element_index(model, atomic_numbers[i]) < 0) {
+        if (model->family->element_index(model, atomic_numbers[i]) < 0) {
             const char* sym = nnp_element_symbol(atomic_numbers[i]);
-            return nnp_fail(NNP_ERR_ELEMENT, "atom %d: element %s (atomic number %d) is not in model "
-                            "'%s'", i, sym ? sym : "?", atomic_numbers[i], model->name);
+            return nnp_fail(NNP_ERR_ELEMENT, "atom %d: element %s (atomic number %d) is not in %s model "
+                            "'%s'", i, sym ? sym : "?", atomic_numbers[i], model->family->name, model->name);
         }
         if (batches[i] < 0)
             return nnp_fail(NNP_ERR_BATCH, "atom %d: batch index %d is negative", i, batches[i]);
@@ -73,13 +75,14 @@ nnp_status nnp_plan_set_atoms(nnp_plan* plan, int32_t n_atoms, const int32_t* at
     double* pos = malloc((3 * n + 1) * sizeof *pos);
     int32_t* by_element = malloc((n + 1) * sizeof *by_element);
     nnp_chunk* chunks = malloc((n + NNP_MAX_ELEMENTS + 1) * sizeof *chunks);
-    if (!z || !el || !b || !order || !start || !pos || !by_element || !chunks) {
-        free(z), free(el), free(b), free(order), free(start), free(pos), free(by_element), free(chunks);
+    int32_t* charges = calloc((size_t)n_batches + 1, sizeof *charges);
+    if (!z || !el || !b || !order || !start || !pos || !by_element || !chunks || !charges) {
+        free(z), free(el), free(b), free(order), free(start), free(pos), free(by_element), free(chunks), free(charges);
         return nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms in %d batches", n_atoms, n_batches);
     }
     for (int32_t i = 0; i < n_atoms; i++) {
         z[i] = atomic_numbers[i];
-        el[i] = nnp_model_element_index(model, z[i]);
+        el[i] = model->family->element_index(model, z[i]);
         b[i] = batches[i];
         start[b[i] + 1]++;
     }
@@ -87,13 +90,17 @@ nnp_status nnp_plan_set_atoms(nnp_plan* plan, int32_t n_atoms, const int32_t* at
     /* Counting sort by batch, stable: within a batch, atoms keep their index order. */
     int32_t* fill = malloc(((size_t)n_batches + 1) * sizeof *fill);
     if (fill == NULL) {
-        free(z), free(el), free(b), free(order), free(start), free(pos), free(by_element), free(chunks);
+        free(z), free(el), free(b), free(order), free(start), free(pos), free(by_element), free(chunks), free(charges);
         return nnp_fail(NNP_ERR_MEMORY, "out of memory");
     }
     memcpy(fill, start, ((size_t)n_batches + 1) * sizeof *fill);
     for (int32_t i = 0; i < n_atoms; i++) order[fill[b[i]]++] = i;
     free(fill);
+    /* Charges of the batches that remain are kept. */
+    for (int32_t k = 0; plan->batch_charges != NULL && k < n_batches && k < plan->n_batches; k++)
+        charges[k] = plan->batch_charges[k];
     free_atoms(plan);
+    plan->batch_charges = charges;
     plan->atomic_numbers = z;
     plan->elements = el;
     plan->batches = b;
@@ -112,6 +119,32 @@ int32_t nnp_plan_num_atoms(const nnp_plan* plan) { return plan ? plan->n_atoms :
 int32_t nnp_plan_num_batches(const nnp_plan* plan) { return plan ? plan->n_batches : -1; }
 int32_t nnp_plan_member(const nnp_plan* plan) { return plan ? plan->member : -2; }
 
+nnp_status nnp_plan_set_batch_charges(nnp_plan* plan, int32_t n_batches, const int32_t* charges) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_batch_charges: plan is NULL");
+    if (n_batches < 0 || n_batches > plan->n_batches)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_batch_charges: %d charges for a plan of %d batches",
+                        n_batches, plan->n_batches);
+    if (n_batches > 0 && charges == NULL)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_batch_charges: charges is NULL");
+    for (int32_t k = 0; k < n_batches; k++) {
+        if (charges[k] < -1000 || charges[k] > 1000)
+            return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "batch %d: total charge %d is not in -1000..1000", k, charges[k]);
+        nnp_status st = plan->model->family->check_charge(plan->model, k, charges[k]);
+        if (st != NNP_OK) return st;
+    }
+    for (int32_t k = 0; k < plan->n_batches; k++) {
+        int32_t q = k < n_batches ? charges[k] : 0;
+        if (plan->batch_charges[k] != q) plan->cuda_dirty = 1;
+        plan->batch_charges[k] = q;
+    }
+    return NNP_OK;
+}
+
+int32_t nnp_plan_batch_charge(const nnp_plan* plan, int32_t batch) {
+    if (plan == NULL || batch < 0 || batch >= plan->n_batches || plan->batch_charges == NULL) return 0;
+    return plan->batch_charges[batch];
+}
+
 nnp_status nnp_plan_set_member(nnp_plan* plan, int32_t member) {
     if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_member: plan is NULL");
     if (member < -1 || member >= plan->model->n_members)
@@ -124,7 +157,7 @@ nnp_status nnp_plan_set_member(nnp_plan* plan, int32_t member) {
 
 nnp_status nnp_plan_set_units(nnp_plan* plan, nnp_units units) {
     if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_units: plan is NULL");
-    if (units != NNP_UNITS_ANGSTROM_HARTREE && units != NNP_UNITS_NM_KJMOL)
+    if (units != NNP_UNITS_ANGSTROM_HARTREE && units != NNP_UNITS_NM_KJMOL && units != NNP_UNITS_MODEL)
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "unknown units %d", (int)units);
     if (plan->units != units) plan->cuda_dirty = 1;
     plan->units = units;

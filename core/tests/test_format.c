@@ -24,6 +24,38 @@ static int fingerprint(const nnp_model* model, double* out, int max) {
     return count;
 }
 
+/* CRC-32 (IEEE, as zlib), bitwise: an independent check of the library's table-driven one. */
+static uint32_t crc32_bitwise(const unsigned char* p, size_t n) {
+    uint32_t crc = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        for (int k = 0; k < 8; k++) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+static uint32_t rd32(const unsigned char* p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+static void wr32(unsigned char* p, uint32_t v) {
+    for (int k = 0; k < 4; k++) p[k] = (unsigned char)(v >> 8 * k);
+}
+
+/* A version-1 file (no family tag, no units) made from an ANI version-2 file: payload without the
+   family id and the two units. */
+static unsigned char* as_version_1(const unsigned char* v2, size_t size, size_t* out_size) {
+    size_t name_len = rd32(v2 + 24);
+    size_t payload = size - 24, cut_at = 28 + name_len;
+    unsigned char* v1 = malloc(size);
+    memcpy(v1, v2, 20);
+    wr32(v1 + 8, 1);
+    memcpy(v1 + 20, v2 + 24, 4 + name_len);
+    memcpy(v1 + 24 + name_len, v2 + cut_at + 16, size - 4 - (cut_at + 16));
+    size_t p1 = payload - 20;
+    for (int k = 0; k < 8; k++) v1[12 + k] = (unsigned char)((uint64_t)p1 >> 8 * k);
+    wr32(v1 + 20 + p1, crc32_bitwise(v1, 20 + p1));
+    *out_size = 24 + p1;
+    return v1;
+}
+
 static int same_fingerprint(const nnp_model* a, const nnp_model* b) {
     static double fa[512], fb[512];
     int na = fingerprint(a, fa, 512), nb = fingerprint(b, fb, 512);
@@ -47,6 +79,20 @@ int main(void) {
     size_t size;
     CHECK_OK(nnp_model_save_buffer(zoo, &buf, &size));
     printf("own format: %zu bytes\n", size);
+    const unsigned char* bytes = buf;
+    CHECK(rd32(bytes + 8) == 2 && rd32(bytes + 20) == NNP_FAMILY_ANI);
+    CHECK(rd32(bytes + size - 4) == crc32_bitwise(bytes, size - 4));
+    /* A version-1 file still loads, as ANI in Å and Hartree. */
+    size_t size1;
+    unsigned char* v1 = as_version_1(bytes, size, &size1);
+    nnp_model* old;
+    CHECK_OK(nnp_model_load_buffer(v1, size1, &old));
+    if (old) {
+        CHECK(nnp_model_family(old) == NNP_FAMILY_ANI);
+        CHECK(same_fingerprint(zoo, old));
+        nnp_model_free(old);
+    }
+    free(v1);
     nnp_model* back;
     CHECK_OK(nnp_model_load_buffer(buf, size, &back));
     CHECK(same_fingerprint(zoo, back));
@@ -88,8 +134,12 @@ int main(void) {
     CHECK_FAILS(nnp_model_load_buffer(bad, 12, &m), NNP_ERR_FORMAT, "truncated");
     memset(bad + size, 0, 16);
     CHECK_FAILS(nnp_model_load_buffer(bad, size + 16, &m), NNP_ERR_FORMAT, "trailing");
-    bad[8] = 2; /* format version 2 */
-    CHECK_FAILS(nnp_model_load_buffer(bad, size, &m), NNP_ERR_FORMAT, "format version 2");
+    bad[8] = 3; /* format version 3 */
+    CHECK_FAILS(nnp_model_load_buffer(bad, size, &m), NNP_ERR_FORMAT, "format version 3");
+    memcpy(bad, buf, size);
+    wr32(bad + 20, 7); /* an unknown family, with a valid CRC */
+    wr32(bad + size - 4, crc32_bitwise(bad, size - 4));
+    CHECK_FAILS(nnp_model_load_buffer(bad, size, &m), NNP_ERR_FORMAT, "unknown model family 7");
     memcpy(bad, buf, size);
     bad[0] = 'X';
     CHECK_FAILS(nnp_model_load_buffer(bad, size, &m), NNP_ERR_FORMAT, "magic");

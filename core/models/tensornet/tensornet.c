@@ -1,0 +1,1166 @@
+/*
+ * TensorNet (torchmd-net's `tensornet` model, e.g. Acellera's AceFF): the model family's payload in
+ * the .nnpm container and its CPU evaluation in double precision with analytic forces.
+ *
+ * The maths, for one member, exactly as torchmd-net's tensornet.py, output_modules.py (Scalar),
+ * utils.py (ExpNormalSmearing, CosineCutoff) and model.py (std, Atomref, mean). Units are the
+ * model's own (those of the checkpoint: e.g. Å and eV).
+ *
+ * Edges: every ordered pair (i, j) of one batch with cutoff_lower <= d < cutoff_upper, plus a self
+ * loop (i, i) of length 0; u_ij = (r_i - r_j) / d (0 for the self loop).
+ *   rbf_r(d) = φ(d) exp(-β_r (exp(α (cl - d)) - μ_r)²), φ(d) = ½ (cos(π d / cu) + 1) for d < cu,
+ *              α = 5 / (cu - cl), μ, β the checkpoint's buffers;
+ *   C(d)     = ½ (cos(π d / cu) + 1) (cl = 0) or ½ (cos(π (2 (d - cl) / (cu - cl) + 1)) + 1) for
+ *              cl < d < cu, else 0.
+ * 3×3 tensors per channel f (F channels) are split into I (trace / 3), A (antisymmetric part) and S
+ * (symmetric traceless part); a "channel linear" W acts on the channel index of every component.
+ * Embedding: Z_ij = emb2(emb(z_i) ‖ emb(z_j)); w_k = dp_k(rbf(d)) · C(d) · Z_ij (k = 1, 2, 3);
+ *   X_i = Σ_j w_1 Id + skew(w_2 u) + w_3 (u uᵀ - |u|²/3 Id);
+ *   n = SiLU(L₂ SiLU(L₁ LayerNorm(|X_i|²)))  (3F values: n_I, n_A, n_S);
+ *   X_i ← n_I · W_I(I) Id + n_A · W_A(A) + n_S · W_S(S).
+ * Interaction (per layer): f = SiLU(L₃ SiLU(L₂ SiLU(L₁ rbf(d)))) · C(d) (3F values: f_I, f_A, f_S);
+ *   X ← X / (|X|² + 1); Y = W₀(I) + W₁(A) + W₂(S);
+ *   M_i = Σ_j f_I Y_j,I + f_A Y_j,A + f_S Y_j,S;
+ *   O(3): B = (1 + 0.1 q)(M Y + Y M); SO(3): B = 2 Y M; B ← B / (|B|² + 1);
+ *   D = W₃(I_B) + W₄(A_B) + W₅(S_B); X ← X + D + (1 + 0.1 q) D D   (q: the batch's total charge).
+ * Output: x = LayerNorm(|I|², |A|², |S|²) (|·|² of the 3×3 parts), h = SiLU(W x + b), then the
+ *   Scalar head (linears with SiLU between); e_i = head(h) · std + atomref(z_i);
+ *   E_batch = Σ_i e_i + mean.
+ * Ensembles: the mean over members, or one member.
+ * Forces: the reverse pass written out stage by stage (no autodiff). Every stage runs atom by atom,
+ * each atom writing only its own outputs, so results do not depend on the thread count.
+ */
+#include "internal.h"
+#include "nnpm_io.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TN_PI 3.14159265358979323846
+#define TN_MAX_WIDTH 1024 /* hidden channels F, radial functions, head widths */
+#define TN_MAX_LAYERS 16
+#define TN_MAX_HEAD 16    /* linear layers of the Scalar head */
+#define TN_MAX_Z 256      /* rows of the atom embedding */
+#define TN_LN_EPS 1e-5    /* torch.nn.LayerNorm's default, used by TensorNet */
+
+enum { TN_GROUP_O3 = 1, TN_GROUP_SO3 = 2 };
+enum { TN_ACT_SILU = 1 };
+
+typedef struct tn_linear {
+    int32_t n_in, n_out;
+    const double* w; /* n_out × n_in, row per output */
+    const double* b; /* n_out, or NULL (no bias) */
+} tn_linear;
+
+typedef struct tn_member {
+    int32_t F, L, R, max_z, group, activation, n_head, has_atomref;
+    double cl, cu, alpha, std, mean;
+    const double *means, *betas, *emb, *atomref;
+    tn_linear emb2, dp[3], elt[3], els[2], lls[TN_MAX_LAYERS][3], llt[TN_MAX_LAYERS][6], linear, head[TN_MAX_HEAD];
+    const double *init_w, *init_b, *out_w, *out_b;
+    double* storage;
+} tn_member;
+
+typedef struct tn_model {
+    int32_t n_members;
+    tn_member* members;
+    double cutoff; /* largest cutoff_upper */
+    int32_t max_z; /* smallest embedding size */
+} tn_model;
+
+static const tn_model* tn_of(const nnp_model* model) { return (const tn_model*)model->family_data; }
+
+/* ------------------------------------------------------------------ payload */
+/*
+ * TensorNet's payload (after the container's family, name and units):
+ *   u32 member count M; per member:
+ *     u32 F, L, R, max_z, group (1 O(3), 2 SO(3)), activation (1 SiLU), head layers H, has_atomref
+ *     f64 cutoff_lower, cutoff_upper, std, mean
+ *     arrays, each as u32 rows, u32 cols, rows × cols f64 (row-major):
+ *       means 1×R, betas 1×R, emb max_z×F, emb2 F×2F + 1×F, dp1..3 F×R + 1×F each,
+ *       embedding channel linears W_I, W_A, W_S F×F, L₁ 2F×F + 1×2F, L₂ 3F×2F + 1×3F
+ *       (rows: the I block, then A, then S), LayerNorm F weights 1×F, biases 1×F;
+ *       per layer: L₁ F×R + 1×F, L₂ 2F×F + 1×2F, L₃ 3F×2F + 1×3F (blocks I, A, S), W₀..W₅ F×F;
+ *       output LayerNorm 1×3F, 1×3F; linear F×3F + 1×F; H head linears (w out×in, b 1×out; the
+ *       first takes F inputs, the last gives 1); atomref max_z×1 if has_atomref.
+ */
+
+typedef struct tn_reader {
+    reader* r;
+    double* next; /* into the member's storage */
+    double* end;
+    nnp_status st;
+    int32_t member;
+} tn_reader;
+
+static const double* tn_array(tn_reader* t, const char* what, uint32_t rows, uint32_t cols) {
+    if (t->st != NNP_OK) return NULL;
+    uint32_t r = get_u32(t->r), c = get_u32(t->r);
+    if (t->r->short_read) {
+        t->st = nnp_fail(NNP_ERR_FORMAT, "model file is truncated (TensorNet member %d, %s)", t->member, what);
+        return NULL;
+    }
+    if (r != rows || c != cols) {
+        t->st = nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d: %s is %u×%u, expected %u×%u", t->member,
+                         what, r, c, rows, cols);
+        return NULL;
+    }
+    size_t n = (size_t)rows * cols;
+    if ((size_t)(t->end - t->next) < n || t->r->left / 8 < n) {
+        t->st = nnp_fail(NNP_ERR_FORMAT, "model file is truncated (TensorNet member %d, %s)", t->member, what);
+        return NULL;
+    }
+    double* v = t->next;
+    for (size_t k = 0; k < n; k++) {
+        v[k] = get_f64(t->r);
+        if (!isfinite(v[k])) {
+            t->st = nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d: %s has a non-finite value", t->member,
+                             what);
+            return NULL;
+        }
+    }
+    t->next += n;
+    return v;
+}
+
+static void tn_lin(tn_reader* t, tn_linear* l, const char* what, int32_t n_out, int32_t n_in, int bias) {
+    char name[96];
+    l->n_in = n_in, l->n_out = n_out;
+    snprintf(name, sizeof name, "%s weight", what);
+    l->w = tn_array(t, name, (uint32_t)n_out, (uint32_t)n_in);
+    l->b = NULL;
+    if (bias) {
+        snprintf(name, sizeof name, "%s bias", what);
+        l->b = tn_array(t, name, 1, (uint32_t)n_out);
+    }
+}
+
+static size_t tn_member_size(const tn_member* m, const int32_t* head_dims) {
+    size_t F = (size_t)m->F, R = (size_t)m->R, Z = (size_t)m->max_z;
+    size_t n = 2 * R + Z * F + (2 * F * F + F) + 3 * (F * R + F) + 3 * F * F + (2 * F * F + 2 * F) +
+               (6 * F * F + 3 * F) + 2 * F;
+    n += (size_t)m->L * ((F * R + F) + (2 * F * F + 2 * F) + (6 * F * F + 3 * F) + 6 * F * F);
+    n += 6 * F + (3 * F * F + F);
+    for (int32_t h = 0; h < m->n_head; h++) n += (size_t)head_dims[h] * head_dims[h + 1] + head_dims[h + 1];
+    if (m->has_atomref) n += Z;
+    return n;
+}
+
+static nnp_status tn_read_member(reader* r, int32_t index, tn_member* m) {
+    uint32_t F = get_u32(r), L = get_u32(r), R = get_u32(r), Z = get_u32(r), group = get_u32(r), act = get_u32(r),
+             H = get_u32(r), has_ref = get_u32(r);
+    m->cl = get_f64(r), m->cu = get_f64(r), m->std = get_f64(r), m->mean = get_f64(r);
+    if (r->short_read) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated (TensorNet member %d)", index);
+    if (F < 1 || F > TN_MAX_WIDTH || L > TN_MAX_LAYERS || R < 1 || R > TN_MAX_WIDTH || Z < 2 || Z > TN_MAX_Z ||
+        H < 1 || H > TN_MAX_HEAD || has_ref > 1)
+        return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d has sizes out of range (F %u, layers %u, "
+                        "radial functions %u, max_z %u, head layers %u)", index, F, L, R, Z, H);
+    if (group != TN_GROUP_O3 && group != TN_GROUP_SO3)
+        return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d has symmetry group %u (1 O(3), 2 SO(3))",
+                        index, group);
+    if (act != TN_ACT_SILU)
+        return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d has activation %u (1 SiLU)", index, act);
+    if (!(m->cl >= 0 && m->cu > m->cl && m->cu < 1e3) || !isfinite(m->std) || !isfinite(m->mean))
+        return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d: cutoffs %g, %g, std %g, mean %g are not "
+                        "valid", index, m->cl, m->cu, m->std, m->mean);
+    m->F = (int32_t)F, m->L = (int32_t)L, m->R = (int32_t)R, m->max_z = (int32_t)Z;
+    m->group = (int32_t)group, m->activation = (int32_t)act, m->n_head = (int32_t)H, m->has_atomref = (int32_t)has_ref;
+    m->alpha = 5.0 / (m->cu - m->cl);
+    /* The head's sizes come with it: it has its own allocation (below). */
+    int32_t dims[TN_MAX_HEAD + 1];
+    for (int32_t h = 0; h <= m->n_head; h++) dims[h] = 0;
+    size_t size = tn_member_size(m, dims);
+    m->storage = malloc((size + 1) * sizeof(double));
+    if (m->storage == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory for TensorNet member %d", index);
+    tn_reader t = {r, m->storage, m->storage + size, NNP_OK, index};
+    int32_t Fi = (int32_t)F, Ri = (int32_t)R;
+    m->means = tn_array(&t, "expnorm means", 1, R);
+    m->betas = tn_array(&t, "expnorm betas", 1, R);
+    m->emb = tn_array(&t, "embedding", Z, F);
+    tn_lin(&t, &m->emb2, "emb2", Fi, 2 * Fi, 1);
+    tn_lin(&t, &m->dp[0], "distance_proj1", Fi, Ri, 1);
+    tn_lin(&t, &m->dp[1], "distance_proj2", Fi, Ri, 1);
+    tn_lin(&t, &m->dp[2], "distance_proj3", Fi, Ri, 1);
+    for (int k = 0; k < 3; k++) tn_lin(&t, &m->elt[k], "embedding linears_tensor", Fi, Fi, 0);
+    tn_lin(&t, &m->els[0], "embedding linears_scalar.0", 2 * Fi, Fi, 1);
+    tn_lin(&t, &m->els[1], "embedding linears_scalar.1", 3 * Fi, 2 * Fi, 1);
+    m->init_w = tn_array(&t, "init_norm weight", 1, F);
+    m->init_b = tn_array(&t, "init_norm bias", 1, F);
+    for (int32_t l = 0; l < m->L; l++) {
+        tn_lin(&t, &m->lls[l][0], "layer linears_scalar.0", Fi, Ri, 1);
+        tn_lin(&t, &m->lls[l][1], "layer linears_scalar.1", 2 * Fi, Fi, 1);
+        tn_lin(&t, &m->lls[l][2], "layer linears_scalar.2", 3 * Fi, 2 * Fi, 1);
+        for (int k = 0; k < 6; k++) tn_lin(&t, &m->llt[l][k], "layer linears_tensor", Fi, Fi, 0);
+    }
+    m->out_w = tn_array(&t, "out_norm weight", 1, 3 * F);
+    m->out_b = tn_array(&t, "out_norm bias", 1, 3 * F);
+    tn_lin(&t, &m->linear, "linear", Fi, 3 * Fi, 1);
+    if (t.st != NNP_OK) return t.st;
+    /* The head: its own allocation, sized as it is read. */
+    double* head_storage = NULL;
+    size_t head_size = 0, used = 0;
+    int32_t n_in = Fi;
+    for (int32_t h = 0; h < m->n_head; h++) {
+        uint32_t rows = get_u32(r), cols = get_u32(r);
+        if (r->short_read) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated (TensorNet member %d, head)", index);
+        if ((int32_t)cols != n_in || rows < 1 || rows > TN_MAX_WIDTH || (h == m->n_head - 1 && rows != 1)) {
+            free(head_storage);
+            return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d: head layer %d is %u×%u (takes %d inputs%s)",
+                            index, h, rows, cols, n_in, h == m->n_head - 1 ? ", gives 1 output" : "");
+        }
+        /* rewind the two sizes: tn_array reads them again */
+        r->p -= 8, r->left += 8;
+        size_t need = (size_t)rows * cols + rows;
+        double* grown = realloc(head_storage, (head_size + need + 1) * sizeof(double));
+        if (grown == NULL) {
+            free(head_storage);
+            return nnp_fail(NNP_ERR_MEMORY, "out of memory for TensorNet member %d", index);
+        }
+        /* pointers into the old block are rebuilt below */
+        head_storage = grown;
+        head_size += need;
+        tn_reader th = {r, head_storage + used, head_storage + head_size, NNP_OK, index};
+        m->head[h].n_in = (int32_t)cols, m->head[h].n_out = (int32_t)rows;
+        const double* w = tn_array(&th, "head weight", rows, cols);
+        const double* b = tn_array(&th, "head bias", 1, rows);
+        if (th.st != NNP_OK) {
+            free(head_storage);
+            return th.st;
+        }
+        (void)w, (void)b;
+        used += need;
+        n_in = (int32_t)rows;
+    }
+    size_t off = 0;
+    for (int32_t h = 0; h < m->n_head; h++) {
+        m->head[h].w = head_storage + off;
+        off += (size_t)m->head[h].n_out * m->head[h].n_in;
+        m->head[h].b = head_storage + off;
+        off += (size_t)m->head[h].n_out;
+    }
+    m->atomref = NULL;
+    if (m->has_atomref) {
+        m->atomref = tn_array(&t, "atomref", Z, 1);
+        if (t.st != NNP_OK) return t.st; /* the head is freed with the member */
+    }
+    return NNP_OK;
+}
+
+static void tn_free_member(tn_member* m) {
+    if (m->storage == NULL) return;
+    if (m->n_head > 0 && m->head[0].w != NULL) free((void*)m->head[0].w);
+    free(m->storage);
+    m->storage = NULL;
+}
+
+static void tn_free(nnp_model* model) {
+    tn_model* tm = (tn_model*)model->family_data;
+    if (tm == NULL) return;
+    for (int32_t k = 0; k < tm->n_members; k++) tn_free_member(&tm->members[k]);
+    free(tm->members);
+    free(tm);
+    model->family_data = NULL;
+}
+
+static nnp_status tn_read_payload(reader* r, nnp_model* model) {
+    uint32_t M = get_u32(r);
+    if (r->short_read) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated (TensorNet)");
+    if (M < 1 || M > NNP_MAX_MEMBERS) return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet with %u members", M);
+    tn_model* tm = calloc(1, sizeof *tm);
+    tn_member* members = calloc(M, sizeof *members);
+    if (tm == NULL || members == NULL) {
+        free(tm), free(members);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    }
+    tm->members = members;
+    model->family_data = tm;
+    tm->cutoff = 0;
+    tm->max_z = TN_MAX_Z;
+    for (uint32_t k = 0; k < M; k++) {
+        nnp_status st = tn_read_member(r, (int32_t)k, &members[k]);
+        tm->n_members = (int32_t)k + 1;
+        if (st != NNP_OK) return st; /* the caller frees the model */
+        if (members[k].cu > tm->cutoff) tm->cutoff = members[k].cu;
+        if (members[k].max_z < tm->max_z) tm->max_z = members[k].max_z;
+    }
+    model->n_members = (int32_t)M;
+    /* Elements: atomic numbers 1 .. max_z - 1 that have a symbol. */
+    int32_t n = 0;
+    while (n + 1 < tm->max_z && nnp_element_symbol(n + 1) != NULL) n++;
+    model->n_elements = n;
+    return NNP_OK;
+}
+
+static void put_array(writer* w, const double* v, uint32_t rows, uint32_t cols) {
+    put_u32(w, rows);
+    put_u32(w, cols);
+    for (size_t k = 0; k < (size_t)rows * cols; k++) put_f64(w, v[k]);
+}
+
+static void put_lin(writer* w, const tn_linear* l) {
+    put_array(w, l->w, (uint32_t)l->n_out, (uint32_t)l->n_in);
+    if (l->b != NULL) put_array(w, l->b, 1, (uint32_t)l->n_out);
+}
+
+static void tn_write_payload(writer* w, const nnp_model* model) {
+    const tn_model* tm = tn_of(model);
+    put_u32(w, (uint32_t)tm->n_members);
+    for (int32_t k = 0; k < tm->n_members; k++) {
+        const tn_member* m = &tm->members[k];
+        uint32_t F = (uint32_t)m->F;
+        put_u32(w, F), put_u32(w, (uint32_t)m->L), put_u32(w, (uint32_t)m->R), put_u32(w, (uint32_t)m->max_z);
+        put_u32(w, (uint32_t)m->group), put_u32(w, (uint32_t)m->activation), put_u32(w, (uint32_t)m->n_head);
+        put_u32(w, (uint32_t)m->has_atomref);
+        put_f64(w, m->cl), put_f64(w, m->cu), put_f64(w, m->std), put_f64(w, m->mean);
+        put_array(w, m->means, 1, (uint32_t)m->R);
+        put_array(w, m->betas, 1, (uint32_t)m->R);
+        put_array(w, m->emb, (uint32_t)m->max_z, F);
+        put_lin(w, &m->emb2);
+        for (int i = 0; i < 3; i++) put_lin(w, &m->dp[i]);
+        for (int i = 0; i < 3; i++) put_lin(w, &m->elt[i]);
+        put_lin(w, &m->els[0]);
+        put_lin(w, &m->els[1]);
+        put_array(w, m->init_w, 1, F);
+        put_array(w, m->init_b, 1, F);
+        for (int32_t l = 0; l < m->L; l++) {
+            for (int i = 0; i < 3; i++) put_lin(w, &m->lls[l][i]);
+            for (int i = 0; i < 6; i++) put_lin(w, &m->llt[l][i]);
+        }
+        put_array(w, m->out_w, 1, 3 * F);
+        put_array(w, m->out_b, 1, 3 * F);
+        put_lin(w, &m->linear);
+        for (int32_t h = 0; h < m->n_head; h++) put_lin(w, &m->head[h]);
+        if (m->has_atomref) put_array(w, m->atomref, (uint32_t)m->max_z, 1);
+    }
+}
+
+static double tn_cutoff(const nnp_model* model) { return tn_of(model)->cutoff; }
+
+static int32_t tn_element_index(const nnp_model* model, int32_t z) {
+    return z >= 1 && z <= model->n_elements ? z : -1;
+}
+
+static nnp_status tn_check_charge(const nnp_model* model, int32_t batch, int32_t charge) {
+    (void)model, (void)batch, (void)charge;
+    return NNP_OK;
+}
+
+/* ------------------------------------------------------------------ building blocks */
+
+/* Irreducible parts of 3×3 tensors, 10 components per channel (component-major, F channels each):
+   0 I; 1..3 A01, A02, A12; 4..9 S00, S11, S22, S01, S02, S12. Full tensors: 9 components r·3 + c. */
+#define NI 10
+static const int tn_part[NI] = {0, 1, 1, 1, 2, 2, 2, 2, 2, 2}; /* I, A or S */
+
+static double silu(double z) { return z / (1 + exp(-z)); }
+static double silu_d(double z) {
+    double s = 1 / (1 + exp(-z));
+    return s * (1 + z * (1 - s));
+}
+
+static void decompose(int32_t F, const double* M, double* T) {
+    for (int32_t f = 0; f < F; f++) {
+        double m[9];
+        for (int c = 0; c < 9; c++) m[c] = M[c * F + f];
+        double I = (m[0] + m[4] + m[8]) / 3;
+        T[0 * F + f] = I;
+        T[1 * F + f] = 0.5 * (m[1] - m[3]);
+        T[2 * F + f] = 0.5 * (m[2] - m[6]);
+        T[3 * F + f] = 0.5 * (m[5] - m[7]);
+        T[4 * F + f] = m[0] - I;
+        T[5 * F + f] = m[4] - I;
+        T[6 * F + f] = m[8] - I;
+        T[7 * F + f] = 0.5 * (m[1] + m[3]);
+        T[8 * F + f] = 0.5 * (m[2] + m[6]);
+        T[9 * F + f] = 0.5 * (m[5] + m[7]);
+    }
+}
+
+/* gM = (d decompose)ᵀ gT */
+static void decompose_adj(int32_t F, const double* gT, double* gM) {
+    for (int32_t f = 0; f < F; f++) {
+        double g[NI];
+        for (int c = 0; c < NI; c++) g[c] = gT[c * F + f];
+        double tr = (g[4] + g[5] + g[6]) / 3, i3 = g[0] / 3;
+        gM[0 * F + f] = i3 + g[4] - tr;
+        gM[4 * F + f] = i3 + g[5] - tr;
+        gM[8 * F + f] = i3 + g[6] - tr;
+        gM[1 * F + f] = 0.5 * (g[1] + g[7]);
+        gM[3 * F + f] = 0.5 * (g[7] - g[1]);
+        gM[2 * F + f] = 0.5 * (g[2] + g[8]);
+        gM[6 * F + f] = 0.5 * (g[8] - g[2]);
+        gM[5 * F + f] = 0.5 * (g[3] + g[9]);
+        gM[7 * F + f] = 0.5 * (g[9] - g[3]);
+    }
+}
+
+static void compose(int32_t F, const double* T, double* M) {
+    for (int32_t f = 0; f < F; f++) {
+        double t[NI];
+        for (int c = 0; c < NI; c++) t[c] = T[c * F + f];
+        M[0 * F + f] = t[0] + t[4];
+        M[4 * F + f] = t[0] + t[5];
+        M[8 * F + f] = t[0] + t[6];
+        M[1 * F + f] = t[7] + t[1];
+        M[3 * F + f] = t[7] - t[1];
+        M[2 * F + f] = t[8] + t[2];
+        M[6 * F + f] = t[8] - t[2];
+        M[5 * F + f] = t[9] + t[3];
+        M[7 * F + f] = t[9] - t[3];
+    }
+}
+
+/* gT = (d compose)ᵀ gM */
+static void compose_adj(int32_t F, const double* gM, double* gT) {
+    for (int32_t f = 0; f < F; f++) {
+        double g[9];
+        for (int c = 0; c < 9; c++) g[c] = gM[c * F + f];
+        gT[0 * F + f] = g[0] + g[4] + g[8];
+        gT[4 * F + f] = g[0];
+        gT[5 * F + f] = g[4];
+        gT[6 * F + f] = g[8];
+        gT[1 * F + f] = g[1] - g[3];
+        gT[7 * F + f] = g[1] + g[3];
+        gT[2 * F + f] = g[2] - g[6];
+        gT[8 * F + f] = g[2] + g[6];
+        gT[3 * F + f] = g[5] - g[7];
+        gT[9 * F + f] = g[5] + g[7];
+    }
+}
+
+/* y = W x + b */
+static void lin(const tn_linear* L, const double* x, double* y) {
+    for (int32_t o = 0; o < L->n_out; o++) {
+        const double* w = L->w + (size_t)o * L->n_in;
+        double s = L->b ? L->b[o] : 0;
+        for (int32_t k = 0; k < L->n_in; k++) s += w[k] * x[k];
+        y[o] = s;
+    }
+}
+
+/* gx += Wᵀ gy */
+static void lin_t(const tn_linear* L, const double* gy, double* gx) {
+    for (int32_t o = 0; o < L->n_out; o++) {
+        const double* w = L->w + (size_t)o * L->n_in;
+        double g = gy[o];
+        if (g == 0) continue;
+        for (int32_t k = 0; k < L->n_in; k++) gx[k] += w[k] * g;
+    }
+}
+
+/* Channel linears on the irreducible parts: out[c] = W_part(c) T[c] (no bias). */
+static void chan_lin3(const tn_linear* W, int32_t F, const double* T, double* out) {
+    for (int c = 0; c < NI; c++) {
+        const tn_linear* L = &W[tn_part[c]];
+        for (int32_t f = 0; f < F; f++) {
+            const double* w = L->w + (size_t)f * F;
+            const double* t = T + (size_t)c * F;
+            double s = 0;
+            for (int32_t g = 0; g < F; g++) s += w[g] * t[g];
+            out[(size_t)c * F + f] = s;
+        }
+    }
+}
+
+/* gT = W_part(c)ᵀ gout[c] (overwrites gT) */
+static void chan_lin3_t(const tn_linear* W, int32_t F, const double* gout, double* gT) {
+    memset(gT, 0, (size_t)NI * F * sizeof *gT);
+    for (int c = 0; c < NI; c++) lin_t(&W[tn_part[c]], gout + (size_t)c * F, gT + (size_t)c * F);
+}
+
+/* C = A B per channel (full tensors); accumulate into C with factor s. */
+static void matmul_add(int32_t F, double s, const double* A, const double* B, double* C) {
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 3; c++)
+            for (int32_t f = 0; f < F; f++) {
+                double v = 0;
+                for (int k = 0; k < 3; k++) v += A[(r * 3 + k) * F + f] * B[(k * 3 + c) * F + f];
+                C[(r * 3 + c) * F + f] += s * v;
+            }
+}
+
+/* C += s Aᵀ B and C += s A Bᵀ */
+static void matmul_tn_add(int32_t F, double s, const double* A, const double* B, double* C) {
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 3; c++)
+            for (int32_t f = 0; f < F; f++) {
+                double v = 0;
+                for (int k = 0; k < 3; k++) v += A[(k * 3 + r) * F + f] * B[(k * 3 + c) * F + f];
+                C[(r * 3 + c) * F + f] += s * v;
+            }
+}
+static void matmul_nt_add(int32_t F, double s, const double* A, const double* B, double* C) {
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 3; c++)
+            for (int32_t f = 0; f < F; f++) {
+                double v = 0;
+                for (int k = 0; k < 3; k++) v += A[(r * 3 + k) * F + f] * B[(c * 3 + k) * F + f];
+                C[(r * 3 + c) * F + f] += s * v;
+            }
+}
+
+/* Frobenius squares per channel. */
+static void tnorm(int32_t F, const double* M, double* n) {
+    for (int32_t f = 0; f < F; f++) {
+        double s = 0;
+        for (int c = 0; c < 9; c++) s += M[c * F + f] * M[c * F + f];
+        n[f] = s;
+    }
+}
+
+/* LayerNorm over n values (biased variance, eps 1e-5); xhat and rstd for the backward pass. */
+static void layer_norm(int32_t n, const double* x, const double* w, const double* b, double* y, double* xhat,
+                       double* rstd) {
+    double mean = 0, var = 0;
+    for (int32_t k = 0; k < n; k++) mean += x[k];
+    mean /= n;
+    for (int32_t k = 0; k < n; k++) var += (x[k] - mean) * (x[k] - mean);
+    var /= n;
+    double r = 1 / sqrt(var + TN_LN_EPS);
+    for (int32_t k = 0; k < n; k++) {
+        xhat[k] = (x[k] - mean) * r;
+        y[k] = xhat[k] * w[k] + b[k];
+    }
+    *rstd = r;
+}
+
+/* gx = d LayerNorm ᵀ gy */
+static void layer_norm_back(int32_t n, const double* xhat, double rstd, const double* w, const double* gy, double* gx) {
+    double m1 = 0, m2 = 0;
+    for (int32_t k = 0; k < n; k++) {
+        double g = gy[k] * w[k];
+        m1 += g;
+        m2 += g * xhat[k];
+    }
+    m1 /= n, m2 /= n;
+    for (int32_t k = 0; k < n; k++) gx[k] = rstd * (gy[k] * w[k] - m1 - xhat[k] * m2);
+}
+
+/* Radial basis and its derivative at d. */
+static void rbf(const tn_member* m, double d, double* out, double* dout) {
+    double phi = 0, dphi = 0;
+    if (d < m->cu) {
+        phi = 0.5 * (cos(TN_PI * d / m->cu) + 1);
+        dphi = -0.5 * TN_PI / m->cu * sin(TN_PI * d / m->cu);
+    }
+    double t = exp(m->alpha * (m->cl - d));
+    for (int32_t r = 0; r < m->R; r++) {
+        double x = t - m->means[r];
+        double e = exp(-m->betas[r] * x * x);
+        out[r] = phi * e;
+        if (dout) dout[r] = dphi * e + phi * e * 2 * m->alpha * m->betas[r] * t * x;
+    }
+}
+
+/* Cosine cutoff and its derivative at d. */
+static void cutoff(const tn_member* m, double d, double* c, double* dc) {
+    *c = 0, *dc = 0;
+    if (m->cl > 0) {
+        if (d > m->cl && d < m->cu) {
+            double k = TN_PI * 2 / (m->cu - m->cl);
+            double a = k * (d - m->cl) + TN_PI;
+            *c = 0.5 * (cos(a) + 1);
+            *dc = -0.5 * sin(a) * k;
+        }
+    } else if (d < m->cu) {
+        *c = 0.5 * (cos(TN_PI * d / m->cu) + 1);
+        *dc = -0.5 * TN_PI / m->cu * sin(TN_PI * d / m->cu);
+    }
+}
+
+/* ------------------------------------------------------------------ evaluation */
+
+/* One member's evaluation over a plan: per-atom state, stage by stage (see the header). Edges of
+   atom i: its self loop at edge index start[i] + i, then its neighbour items in order. */
+typedef struct tn_eval {
+    const tn_member* m;
+    const nnp_plan* plan;
+    const nnp_neighbors* nl;
+    int32_t n, layer, forces;
+    size_t F;
+    const double* cq; /* 1 + 0.1 q per atom */
+    double *Zp, *Zq;  /* emb2 split per atom: Z_ij = Zp_i + Zq_j (F each) */
+    double* Xe;       /* the embedding's sum of edge tensors (9F) */
+    double* X;        /* input of layer l at l · n · 9F, output at L · n · 9F */
+    double *Yirr, *Mirr, *B, *dX; /* per layer and atom: 10F, 10F, 9F, 9F */
+    double *gX, *gM, *gY;         /* per atom: 9F, 10F, 10F */
+    double* fac;                  /* per edge, current layer: 3F */
+    double *gd, *gu;              /* per edge: dE/dd, dE/du (3) */
+    double* energy;               /* per atom */
+    double* scratch;
+    size_t scratch_n;
+} tn_eval;
+
+static size_t edge_of(const tn_eval* ev, int32_t i) { return (size_t)ev->nl->start[i] + (size_t)i; }
+
+static int edge_on(const tn_member* m, double d) { return d >= m->cl && d < m->cu; }
+
+static double* scratch(const tn_eval* ev, int32_t thread) { return ev->scratch + (size_t)thread * ev->scratch_n; }
+
+/* An edge's geometry: neighbour j, distance d and u = (r_i - r_j) / d; k < 0 is the self loop. */
+static int32_t edge_geometry(const tn_eval* ev, int32_t i, int32_t k, double* d, double u[3]) {
+    if (k < 0) {
+        *d = 0, u[0] = u[1] = u[2] = 0;
+        return i;
+    }
+    const nnp_neighbor* it = &ev->nl->items[k];
+    *d = it->d;
+    for (int c = 0; c < 3; c++) u[c] = -it->r[c] / it->d;
+    return it->j;
+}
+
+/* The interaction layer's radial MLP: fac = SiLU(L₃ SiLU(L₂ SiLU(L₁ rbf))) · C(d) (3F, blocks I, A, S).
+   keep (7F + 2R): rbf R, drbf R, h1 F, h2 2F, h3 3F, the pre-activations for the backward pass. */
+static void edge_mlp(const tn_member* m, const tn_linear* lls, double d, double* fac, double* keep, double* a) {
+    int32_t F = m->F, R = m->R;
+    double *rb = keep, *drb = keep + R, *h1 = drb + R, *h2 = h1 + F, *h3 = h2 + 2 * F;
+    double c, dc;
+    rbf(m, d, rb, drb);
+    cutoff(m, d, &c, &dc);
+    lin(&lls[0], rb, h1);
+    for (int32_t k = 0; k < F; k++) a[k] = silu(h1[k]);
+    lin(&lls[1], a, h2);
+    for (int32_t k = 0; k < 2 * F; k++) a[k] = silu(h2[k]);
+    lin(&lls[2], a, h3);
+    for (int32_t k = 0; k < 3 * F; k++) fac[k] = silu(h3[k]) * c;
+}
+
+/* dE/dd of the radial MLP given dE/dfac; keep as left by edge_mlp; work 5F. */
+static double edge_mlp_back(const tn_member* m, const tn_linear* lls, double d, const double* gfac,
+                            const double* keep, double* work) {
+    int32_t F = m->F, R = m->R;
+    const double *drb = keep + R, *h1 = drb + R, *h2 = h1 + F, *h3 = h2 + 2 * F;
+    double c, dc;
+    cutoff(m, d, &c, &dc);
+    double *g3 = work, *g2 = work + 3 * F; /* 3F and 2F; g1 (F) reuses g3 */
+    double gc = 0;
+    for (int32_t k = 0; k < 3 * F; k++) {
+        double s = silu(h3[k]);
+        gc += gfac[k] * s;
+        g3[k] = gfac[k] * c * silu_d(h3[k]);
+    }
+    memset(g2, 0, (size_t)2 * F * sizeof *g2);
+    lin_t(&lls[2], g3, g2);
+    for (int32_t k = 0; k < 2 * F; k++) g2[k] *= silu_d(h2[k]);
+    double* g1 = g3; /* g3 is done */
+    memset(g1, 0, (size_t)F * sizeof *g1);
+    lin_t(&lls[1], g2, g1);
+    for (int32_t k = 0; k < F; k++) g1[k] *= silu_d(h1[k]);
+    double gd = gc * dc;
+    for (int32_t o = 0; o < F; o++) {
+        const double* w = lls[0].w + (size_t)o * R;
+        double s = 0;
+        for (int32_t r = 0; r < R; r++) s += w[r] * drb[r];
+        gd += g1[o] * s;
+    }
+    return gd;
+}
+
+static void st_z(void* p, int32_t i, int32_t thread) {
+    tn_eval* ev = p;
+    const tn_member* m = ev->m;
+    size_t F = ev->F;
+    const double* e = m->emb + (size_t)ev->plan->atomic_numbers[i] * F;
+    double* zp = ev->Zp + i * F;
+    double* zq = ev->Zq + i * F;
+    (void)thread;
+    for (size_t o = 0; o < F; o++) {
+        const double* w = m->emb2.w + o * 2 * F;
+        double a = m->emb2.b[o], b = 0;
+        for (size_t k = 0; k < F; k++) a += w[k] * e[k], b += w[F + k] * e[k];
+        zp[o] = a, zq[o] = b;
+    }
+}
+
+/* The embedding's edge sum Xe_i (9F). s: R + 5F. */
+static void embed_sum(const tn_eval* ev, int32_t i, double* Xe, double* s) {
+    const tn_member* m = ev->m;
+    int32_t F = m->F;
+    double *rb = s, *C = s + m->R, *w = C + F; /* w: 3F */
+    memset(Xe, 0, (size_t)9 * F * sizeof *Xe);
+    int32_t k0 = ev->nl->start[i], k1 = ev->nl->start[i + 1];
+    for (int32_t k = k0 - 1; k < k1; k++) {
+        double d, u[3];
+        int32_t j = edge_geometry(ev, i, k < k0 ? -1 : k, &d, u);
+        if (k >= k0 && !edge_on(m, d)) continue;
+        double c, dc;
+        rbf(m, d, rb, NULL);
+        cutoff(m, d, &c, &dc);
+        if (c == 0) continue;
+        const double *zp = ev->Zp + (size_t)i * F, *zq = ev->Zq + (size_t)j * F;
+        for (int32_t f = 0; f < F; f++) C[f] = c * (zp[f] + zq[f]);
+        for (int q = 0; q < 3; q++) {
+            lin(&m->dp[q], rb, w + q * F);
+            for (int32_t f = 0; f < F; f++) w[q * F + f] *= C[f];
+        }
+        double uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
+        for (int32_t f = 0; f < F; f++) {
+            double w1 = w[f], w2 = w[F + f], w3 = w[2 * F + f];
+            double v0 = w2 * u[0], v1 = w2 * u[1], v2 = w2 * u[2];
+            /* w1 Id + skew(v) + w3 (u uᵀ - |u|²/3 Id); skew(v) = [[0,-v2,v1],[v2,0,-v0],[-v1,v0,0]] */
+            for (int r = 0; r < 3; r++)
+                for (int q = 0; q < 3; q++) Xe[(r * 3 + q) * F + f] += w3 * u[r] * u[q];
+            double diag = w1 - w3 * uu / 3;
+            Xe[0 * F + f] += diag, Xe[4 * F + f] += diag, Xe[8 * F + f] += diag;
+            Xe[1 * F + f] -= v2, Xe[3 * F + f] += v2;
+            Xe[2 * F + f] += v1, Xe[6 * F + f] -= v1;
+            Xe[5 * F + f] -= v0, Xe[7 * F + f] += v0;
+        }
+    }
+}
+
+/* The embedding's per-atom part: from Xe to X (9F). Keeps its intermediates in s for the backward
+   pass: T 10F, tn F, xhat F, h1 2F, h2 3F, nrm 3F, WT 10F, rstd 1, work 10F (40F + 1). */
+static void embed_atom(const tn_member* m, const double* Xe, double* X, double* s) {
+    int32_t F = m->F;
+    double *T = s, *tn = T + 10 * F, *xhat = tn + F, *h1 = xhat + F, *h2 = h1 + 2 * F, *nrm = h2 + 3 * F,
+           *WT = nrm + 3 * F, *rstd = WT + 10 * F, *work = rstd + 1;
+    decompose(F, Xe, T);
+    tnorm(F, Xe, tn);
+    layer_norm(F, tn, m->init_w, m->init_b, work, xhat, rstd);
+    lin(&m->els[0], work, h1);
+    for (int32_t k = 0; k < 2 * F; k++) work[k] = silu(h1[k]);
+    lin(&m->els[1], work, h2);
+    for (int32_t k = 0; k < 3 * F; k++) nrm[k] = silu(h2[k]);
+    chan_lin3(m->elt, F, T, WT);
+    double* Xirr = work;
+    for (int c = 0; c < NI; c++)
+        for (int32_t f = 0; f < F; f++) Xirr[c * F + f] = nrm[tn_part[c] * F + f] * WT[c * F + f];
+    compose(F, Xirr, X);
+}
+
+static void st_embed(void* p, int32_t i, int32_t thread) {
+    tn_eval* ev = p;
+    double* s = scratch(ev, thread);
+    double* Xe = ev->Xe + (size_t)i * 9 * ev->F;
+    embed_sum(ev, i, Xe, s);
+    embed_atom(ev->m, Xe, ev->X + (size_t)i * 9 * ev->F, s);
+}
+
+/* Layer part A: X ← X / (|X|² + 1) (per channel), Y = W₀(I) + W₁(A) + W₂(S) as irreducible parts. */
+static void normalize(int32_t F, const double* X, double* Xn) {
+    for (int32_t f = 0; f < F; f++) {
+        double nx = 1;
+        for (int c = 0; c < 9; c++) nx += X[c * F + f] * X[c * F + f];
+        for (int c = 0; c < 9; c++) Xn[c * F + f] = X[c * F + f] / nx;
+    }
+}
+
+static void st_layer_a(void* p, int32_t i, int32_t thread) {
+    tn_eval* ev = p;
+    const tn_member* m = ev->m;
+    int32_t F = m->F;
+    size_t at = (size_t)ev->layer * ev->n + i;
+    double *Xn = scratch(ev, thread), *T = Xn + 9 * F;
+    normalize(F, ev->X + at * 9 * F, Xn);
+    decompose(F, Xn, T);
+    chan_lin3(m->llt[ev->layer], F, T, ev->Yirr + at * NI * F);
+}
+
+/* Layer part B: messages, the product with Y, normalization, the update of X. */
+static void st_layer_b(void* p, int32_t i, int32_t thread) {
+    tn_eval* ev = p;
+    const tn_member* m = ev->m;
+    int32_t F = m->F, l = ev->layer;
+    size_t at = (size_t)l * ev->n + i, F10 = (size_t)NI * F;
+    double* s = scratch(ev, thread);
+    double *fac = s, *keep = fac + 3 * F, *a = keep + 7 * F + 2 * m->R, *msg = a + 3 * F, *Y = msg + 9 * F,
+           *Cn = Y + 9 * F, *T = Cn + 9 * F, *D = T + 10 * F, *Xn = D + 10 * F;
+    double* Mi = ev->Mirr + at * F10;
+    memset(Mi, 0, F10 * sizeof *Mi);
+    int32_t k0 = ev->nl->start[i], k1 = ev->nl->start[i + 1];
+    for (int32_t k = k0 - 1; k < k1; k++) {
+        double d, u[3];
+        int32_t j = edge_geometry(ev, i, k < k0 ? -1 : k, &d, u);
+        if (k >= k0 && !edge_on(m, d)) continue;
+        edge_mlp(m, m->lls[l], d, fac, keep, a);
+        const double* Yj = ev->Yirr + ((size_t)l * ev->n + j) * F10;
+        for (int c = 0; c < NI; c++) {
+            const double* fp = fac + (size_t)tn_part[c] * F;
+            for (int32_t f = 0; f < F; f++) Mi[c * F + f] += fp[f] * Yj[c * F + f];
+        }
+    }
+    compose(F, Mi, msg);
+    compose(F, ev->Yirr + at * F10, Y);
+    double* B = ev->B + at * 9 * F;
+    memset(B, 0, (size_t)9 * F * sizeof *B);
+    double cq = ev->cq[i];
+    if (m->group == TN_GROUP_O3) {
+        matmul_add(F, cq, msg, Y, B);
+        matmul_add(F, cq, Y, msg, B);
+    } else {
+        matmul_add(F, 2, Y, msg, B);
+    }
+    normalize(F, B, Cn);
+    decompose(F, Cn, T);
+    chan_lin3(m->llt[l] + 3, F, T, D);
+    double* dX = ev->dX + at * 9 * F;
+    compose(F, D, dX);
+    normalize(F, ev->X + at * 9 * F, Xn);
+    double* Xo = ev->X + ((size_t)(l + 1) * ev->n + i) * 9 * F;
+    for (int c = 0; c < 9; c++)
+        for (int32_t f = 0; f < F; f++) Xo[c * F + f] = Xn[c * F + f] + dX[c * F + f];
+    matmul_add(F, cq, dX, dX, Xo);
+}
+
+/* The output: x = LayerNorm(3|I|², |A|², |S|²), h = SiLU(W x + b), the head, · std + atomref.
+   Returns the atom's energy; with g != NULL, also dE/dX (9F) into g. */
+static double out_atom(const tn_eval* ev, int32_t i, double* s, double* g) {
+    const tn_member* m = ev->m;
+    int32_t F = m->F, H = m->n_head;
+    const double* X = ev->X + ((size_t)m->L * ev->n + i) * 9 * F;
+    double *T = s, *x = T + 10 * F, *xhat = x + 3 * F, *y = xhat + 3 * F, *yl = y + 3 * F, *h = yl + F,
+           *outs = h + F;
+    double rstd;
+    decompose(F, X, T);
+    for (int32_t f = 0; f < F; f++) {
+        double t[NI];
+        for (int c = 0; c < NI; c++) t[c] = T[c * F + f];
+        x[f] = 3 * t[0] * t[0];
+        x[F + f] = 2 * (t[1] * t[1] + t[2] * t[2] + t[3] * t[3]);
+        x[2 * F + f] = t[4] * t[4] + t[5] * t[5] + t[6] * t[6] + 2 * (t[7] * t[7] + t[8] * t[8] + t[9] * t[9]);
+    }
+    layer_norm(3 * F, x, m->out_w, m->out_b, y, xhat, &rstd);
+    lin(&m->linear, y, yl);
+    for (int32_t k = 0; k < F; k++) h[k] = silu(yl[k]);
+    /* head: outs holds each layer's pre-activation; the input of layer k > 0 is SiLU of k - 1's */
+    double* o = outs;
+    const double* in = h;
+    double* act = NULL;
+    size_t head_total = 0;
+    for (int32_t k = 0; k < H; k++) head_total += (size_t)m->head[k].n_out;
+    double* acts = outs + head_total; /* activations, same sizes */
+    for (int32_t k = 0; k < H; k++) {
+        lin(&m->head[k], in, o);
+        act = acts + (o - outs);
+        if (k < H - 1)
+            for (int32_t c = 0; c < m->head[k].n_out; c++) act[c] = silu(o[c]);
+        in = act;
+        o += m->head[k].n_out;
+    }
+    double e = o[-1] * m->std + (m->atomref ? m->atomref[ev->plan->atomic_numbers[i]] : 0);
+    if (g == NULL) return e;
+    /* backward: gradients in two buffers after the activations */
+    double *ga = acts + head_total, *gb = ga + (TN_MAX_WIDTH > 3 * F ? TN_MAX_WIDTH : 3 * F);
+    ga[0] = m->std; /* dE/d(pre-activation of the last layer) */
+    for (int32_t k = H - 1; k >= 0; k--) {
+        o -= m->head[k].n_out;
+        int32_t n_in = m->head[k].n_in;
+        memset(gb, 0, (size_t)n_in * sizeof *gb);
+        lin_t(&m->head[k], ga, gb); /* dE/d(input of layer k) */
+        if (k > 0) {
+            const double* prev = o - m->head[k - 1].n_out;
+            for (int32_t c = 0; c < n_in; c++) ga[c] = gb[c] * silu_d(prev[c]);
+        } else {
+            for (int32_t c = 0; c < n_in; c++) ga[c] = gb[c] * silu_d(yl[c]);
+        }
+    }
+    memset(gb, 0, (size_t)3 * F * sizeof *gb);
+    lin_t(&m->linear, ga, gb);
+    layer_norm_back(3 * F, xhat, rstd, m->out_w, gb, ga); /* ga: dE/dx */
+    double* gT = gb;
+    for (int32_t f = 0; f < F; f++) {
+        gT[f] = 6 * T[f] * ga[f];
+        for (int c = 1; c <= 3; c++) gT[c * F + f] = 4 * T[c * F + f] * ga[F + f];
+        for (int c = 4; c <= 6; c++) gT[c * F + f] = 2 * T[c * F + f] * ga[2 * F + f];
+        for (int c = 7; c <= 9; c++) gT[c * F + f] = 4 * T[c * F + f] * ga[2 * F + f];
+    }
+    decompose_adj(F, gT, g);
+    return e;
+}
+
+static void st_out(void* p, int32_t i, int32_t thread) {
+    tn_eval* ev = p;
+    ev->energy[i] = out_atom(ev, i, scratch(ev, thread), ev->forces ? ev->gX + (size_t)i * 9 * ev->F : NULL);
+}
+
+/* Layer backward part 1, atom i: from dE/dX_out (gX) to dE/dM_i (gM, irreducible parts), the direct
+   dE/dY_i (gY), the radial MLP's factors of i's edges (fac) and dE/dd of i's edges. */
+static void st_b1(void* p, int32_t i, int32_t thread) {
+    tn_eval* ev = p;
+    const tn_member* m = ev->m;
+    int32_t F = m->F, l = ev->layer;
+    size_t at = (size_t)l * ev->n + i, F10 = (size_t)NI * F, F9 = (size_t)9 * F;
+    double* s = scratch(ev, thread);
+    double *gdX = s, *t10 = gdX + 9 * F, *gT = t10 + 10 * F, *gCn = gT + 10 * F, *gB = gCn + 9 * F,
+           *msg = gB + 9 * F, *Y = msg + 9 * F, *gmsg = Y + 9 * F, *gYf = gmsg + 9 * F, *fac = gYf + 9 * F,
+           *keep = fac + 3 * F, *a = keep + 7 * F + 2 * m->R, *gfac = a + 3 * F, *work = gfac + 3 * F;
+    const double *gXo = ev->gX + (size_t)i * F9, *dX = ev->dX + at * F9, *B = ev->B + at * F9;
+    double cq = ev->cq[i];
+    memcpy(gdX, gXo, F9 * sizeof *gdX);
+    matmul_nt_add(F, cq, gXo, dX, gdX);
+    matmul_tn_add(F, cq, dX, gXo, gdX);
+    compose_adj(F, gdX, t10);
+    chan_lin3_t(m->llt[l] + 3, F, t10, gT);
+    decompose_adj(F, gT, gCn);
+    for (int32_t f = 0; f < F; f++) {
+        double nc = 1, dot = 0;
+        for (int c = 0; c < 9; c++) nc += B[c * F + f] * B[c * F + f], dot += gCn[c * F + f] * B[c * F + f];
+        for (int c = 0; c < 9; c++) gB[c * F + f] = gCn[c * F + f] / nc - 2 * B[c * F + f] * dot / (nc * nc);
+    }
+    compose(F, ev->Mirr + at * F10, msg);
+    compose(F, ev->Yirr + at * F10, Y);
+    memset(gmsg, 0, F9 * sizeof *gmsg);
+    memset(gYf, 0, F9 * sizeof *gYf);
+    if (m->group == TN_GROUP_O3) {
+        matmul_nt_add(F, cq, gB, Y, gmsg);
+        matmul_tn_add(F, cq, Y, gB, gmsg);
+        matmul_tn_add(F, cq, msg, gB, gYf);
+        matmul_nt_add(F, cq, gB, msg, gYf);
+    } else {
+        matmul_nt_add(F, 2, gB, msg, gYf);
+        matmul_tn_add(F, 2, Y, gB, gmsg);
+    }
+    double* gMi = ev->gM + (size_t)i * F10;
+    compose_adj(F, gmsg, gMi);
+    compose_adj(F, gYf, ev->gY + (size_t)i * F10);
+    int32_t k0 = ev->nl->start[i], k1 = ev->nl->start[i + 1];
+    size_t e0 = edge_of(ev, i);
+    for (int32_t k = k0 - 1; k < k1; k++) {
+        double d, u[3];
+        int32_t j = edge_geometry(ev, i, k < k0 ? -1 : k, &d, u);
+        if (k >= k0 && !edge_on(m, d)) continue;
+        size_t e = e0 + (size_t)(k - k0 + 1);
+        double* fe = ev->fac + e * 3 * F;
+        edge_mlp(m, m->lls[l], d, fe, keep, a);
+        if (k < k0) continue; /* the self loop does not move */
+        const double* Yj = ev->Yirr + ((size_t)l * ev->n + j) * F10;
+        memset(gfac, 0, (size_t)3 * F * sizeof *gfac);
+        for (int c = 0; c < NI; c++) {
+            double* gp = gfac + (size_t)tn_part[c] * F;
+            for (int32_t f = 0; f < F; f++) gp[f] += gMi[c * F + f] * Yj[c * F + f];
+        }
+        ev->gd[e] += edge_mlp_back(m, m->lls[l], d, gfac, keep, work);
+    }
+    (void)fac;
+}
+
+/* Layer backward part 2, atom j: dE/dY_j from every message that read Y_j, then dE/dX_in. */
+static void st_b2(void* p, int32_t j, int32_t thread) {
+    tn_eval* ev = p;
+    const tn_member* m = ev->m;
+    int32_t F = m->F, l = ev->layer;
+    size_t at = (size_t)l * ev->n + j, F10 = (size_t)NI * F, F9 = (size_t)9 * F;
+    double* s = scratch(ev, thread);
+    double *gYt = s, *gT = gYt + 10 * F, *gXn = gT + 10 * F;
+    memcpy(gYt, ev->gY + (size_t)j * F10, F10 * sizeof *gYt);
+    int32_t k0 = ev->nl->start[j], k1 = ev->nl->start[j + 1];
+    size_t e0 = edge_of(ev, j);
+    for (int32_t k = k0 - 1; k < k1; k++) {
+        double d, u[3];
+        int32_t i = edge_geometry(ev, j, k < k0 ? -1 : k, &d, u);
+        if (k >= k0 && !edge_on(m, d)) continue;
+        /* the factor of edge (j, i) equals that of (i, j): the same distance */
+        const double* fe = ev->fac + (e0 + (size_t)(k - k0 + 1)) * 3 * F;
+        const double* gMi = ev->gM + (size_t)i * F10;
+        for (int c = 0; c < NI; c++) {
+            const double* fp = fe + (size_t)tn_part[c] * F;
+            for (int32_t f = 0; f < F; f++) gYt[c * F + f] += fp[f] * gMi[c * F + f];
+        }
+    }
+    chan_lin3_t(m->llt[l], F, gYt, gT);
+    decompose_adj(F, gT, gXn);
+    double* gX = ev->gX + (size_t)j * F9;
+    const double* X = ev->X + at * F9;
+    for (int32_t f = 0; f < F; f++) {
+        double nx = 1, dot = 0;
+        for (int c = 0; c < 9; c++) {
+            double g = gX[c * F + f] + gXn[c * F + f]; /* Xout = Xn + ...: the direct path */
+            gXn[c * F + f] = g;
+            nx += X[c * F + f] * X[c * F + f];
+            dot += g * X[c * F + f];
+        }
+        for (int c = 0; c < 9; c++) gX[c * F + f] = gXn[c * F + f] / nx - 2 * X[c * F + f] * dot / (nx * nx);
+    }
+}
+
+/* Embedding backward, atom i: from dE/dX (gX) to dE/dd and dE/du of i's edges. */
+static void st_embed_back(void* p, int32_t i, int32_t thread) {
+    tn_eval* ev = p;
+    const tn_member* m = ev->m;
+    int32_t F = m->F, R = m->R;
+    double* s = scratch(ev, thread);
+    double* keep = s; /* embed_atom's 40F + 1 */
+    double *T = keep, *xhat = T + 11 * F, *h1 = xhat + F, *h2 = h1 + 2 * F, *nrm = h2 + 3 * F, *WT = nrm + 3 * F,
+           *rstd = WT + 10 * F;
+    double *Xtmp = keep + 40 * F + 1, *gXirr = Xtmp + 9 * F, *gn = gXirr + 10 * F, *gWT = gn + 3 * F,
+           *gT = gWT + 10 * F, *g2 = gT + 10 * F, *g1 = g2 + 3 * F, *gln = g1 + 2 * F, *gtn = gln + F,
+           *gXe = gtn + F, *rb = gXe + 9 * F, *drb = rb + R, *grb = drb + R, *C = grb + R, *pk = C + F,
+           *gp = pk + 3 * F;
+    const double* Xe = ev->Xe + (size_t)i * 9 * F;
+    embed_atom(m, Xe, Xtmp, keep);
+    compose_adj(F, ev->gX + (size_t)i * 9 * F, gXirr);
+    memset(gn, 0, (size_t)3 * F * sizeof *gn);
+    for (int c = 0; c < NI; c++) {
+        int q = tn_part[c];
+        for (int32_t f = 0; f < F; f++) {
+            gn[q * F + f] += gXirr[c * F + f] * WT[c * F + f];
+            gWT[c * F + f] = nrm[q * F + f] * gXirr[c * F + f];
+        }
+    }
+    chan_lin3_t(m->elt, F, gWT, gT);
+    for (int32_t k = 0; k < 3 * F; k++) gn[k] *= silu_d(h2[k]);
+    memset(g1, 0, (size_t)2 * F * sizeof *g1);
+    lin_t(&m->els[1], gn, g1);
+    for (int32_t k = 0; k < 2 * F; k++) g1[k] *= silu_d(h1[k]);
+    memset(gln, 0, (size_t)F * sizeof *gln);
+    lin_t(&m->els[0], g1, gln);
+    layer_norm_back(F, xhat, *rstd, m->init_w, gln, gtn);
+    decompose_adj(F, gT, gXe);
+    for (int c = 0; c < 9; c++)
+        for (int32_t f = 0; f < F; f++) gXe[c * F + f] += 2 * Xe[c * F + f] * gtn[f];
+    (void)g2;
+    int32_t k0 = ev->nl->start[i], k1 = ev->nl->start[i + 1];
+    size_t e0 = edge_of(ev, i);
+    const double* zp = ev->Zp + (size_t)i * F;
+    for (int32_t k = k0; k < k1; k++) {
+        double d, u[3];
+        int32_t j = edge_geometry(ev, i, k, &d, u);
+        if (!edge_on(m, d)) continue;
+        double c, dc;
+        rbf(m, d, rb, drb);
+        cutoff(m, d, &c, &dc);
+        const double* zq = ev->Zq + (size_t)j * F;
+        for (int q = 0; q < 3; q++) lin(&m->dp[q], rb, pk + q * F);
+        double uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
+        double gu[3] = {0, 0, 0}, gcut = 0;
+        for (int32_t f = 0; f < F; f++) {
+            double G[9];
+            for (int q = 0; q < 9; q++) G[q] = gXe[q * F + f];
+            double zij = zp[f] + zq[f], Cf = c * zij;
+            double w2 = pk[F + f] * Cf, w3 = pk[2 * F + f] * Cf;
+            double tr = G[0] + G[4] + G[8];
+            double gv[3] = {G[7] - G[5], G[2] - G[6], G[3] - G[1]};
+            double Gu[3];
+            for (int r = 0; r < 3; r++)
+                Gu[r] = (G[r * 3 + 0] + G[0 * 3 + r]) * u[0] + (G[r * 3 + 1] + G[1 * 3 + r]) * u[1] +
+                        (G[r * 3 + 2] + G[2 * 3 + r]) * u[2];
+            double uGu = 0.5 * (Gu[0] * u[0] + Gu[1] * u[1] + Gu[2] * u[2]);
+            double gw1 = tr, gw2 = gv[0] * u[0] + gv[1] * u[1] + gv[2] * u[2], gw3 = uGu - uu * tr / 3;
+            for (int r = 0; r < 3; r++) gu[r] += w2 * gv[r] + w3 * (Gu[r] - 2.0 / 3.0 * u[r] * tr);
+            gp[f] = gw1 * Cf, gp[F + f] = gw2 * Cf, gp[2 * F + f] = gw3 * Cf;
+            double gC = gw1 * pk[f] + gw2 * pk[F + f] + gw3 * pk[2 * F + f];
+            gcut += gC * zij;
+        }
+        memset(grb, 0, (size_t)R * sizeof *grb);
+        for (int q = 0; q < 3; q++) lin_t(&m->dp[q], gp + q * F, grb);
+        double gd = gcut * dc;
+        for (int32_t r = 0; r < R; r++) gd += grb[r] * drb[r];
+        size_t e = e0 + (size_t)(k - k0 + 1);
+        ev->gd[e] += gd;
+        for (int r = 0; r < 3; r++) ev->gu[e * 3 + r] += gu[r];
+    }
+    (void)C;
+}
+
+/* Adds member m's energies (× scale) and, with grad, its gradient (× scale). */
+static nnp_status tn_member_eval(const tn_member* m, nnp_plan* plan, const nnp_neighbors* nl, const double* cq,
+                                 int32_t n_threads, double scale, double* atom_energy, double* batch_energy,
+                                 double* grad) {
+    int32_t n = plan->n_atoms;
+    size_t F = (size_t)m->F, L = (size_t)m->L, E = (size_t)nl->start[n] + (size_t)n, N = (size_t)n;
+    size_t head_total = 0;
+    for (int32_t k = 0; k < m->n_head; k++) head_total += (size_t)m->head[k].n_out;
+    size_t wide = TN_MAX_WIDTH > 3 * F ? TN_MAX_WIDTH : 3 * F;
+    tn_eval ev = {.m = m, .plan = plan, .nl = nl, .n = n, .forces = grad != NULL, .F = F, .cq = cq};
+    ev.scratch_n = 128 * F + 4 * (size_t)m->R + 2 * head_total + 2 * wide + 64;
+    int forces = grad != NULL;
+    size_t sizes[] = {N * F,           N * F,      N * 9 * F,  (L + 1) * N * 9 * F, L * N * 10 * F, L * N * 10 * F,
+                      L * N * 9 * F,   L * N * 9 * F, N * 9 * F, N * 10 * F,     N * 10 * F,
+                      forces ? E * 3 * F : 0, forces ? E : 0, forces ? 3 * E : 0, N,
+                      (size_t)n_threads * ev.scratch_n};
+    double** slots[] = {&ev.Zp, &ev.Zq, &ev.Xe, &ev.X, &ev.Yirr, &ev.Mirr, &ev.B,  &ev.dX,
+                        &ev.gX, &ev.gM, &ev.gY, &ev.fac, &ev.gd, &ev.gu, &ev.energy, &ev.scratch};
+    enum { n_slots = sizeof slots / sizeof slots[0] };
+    size_t total = 0;
+    for (int k = 0; k < n_slots; k++) total += sizes[k];
+    double* block = calloc(total + 1, sizeof *block);
+    if (block == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory for TensorNet on %d atoms", n);
+    double* next = block;
+    for (int k = 0; k < n_slots; k++) *slots[k] = next, next += sizes[k];
+
+    nnp_parallel_for(n_threads, n, st_z, &ev);
+    nnp_parallel_for(n_threads, n, st_embed, &ev);
+    for (int32_t l = 0; l < m->L; l++) {
+        ev.layer = l;
+        nnp_parallel_for(n_threads, n, st_layer_a, &ev);
+        nnp_parallel_for(n_threads, n, st_layer_b, &ev);
+    }
+    nnp_parallel_for(n_threads, n, st_out, &ev);
+    for (int32_t i = 0; i < n; i++) atom_energy[i] += scale * ev.energy[i];
+    for (int32_t b = 0; b < plan->n_batches; b++)
+        if (plan->batch_start[b + 1] > plan->batch_start[b]) batch_energy[b] += scale * m->mean;
+    if (forces) {
+        for (int32_t l = m->L - 1; l >= 0; l--) {
+            ev.layer = l;
+            nnp_parallel_for(n_threads, n, st_b1, &ev);
+            nnp_parallel_for(n_threads, n, st_b2, &ev);
+        }
+        nnp_parallel_for(n_threads, n, st_embed_back, &ev);
+        /* d and u of edge (i, j) as functions of r_i and r_j, in atom and edge order */
+        for (int32_t i = 0; i < n; i++) {
+            size_t e0 = edge_of(&ev, i);
+            for (int32_t k = nl->start[i]; k < nl->start[i + 1]; k++) {
+                size_t e = e0 + (size_t)(k - nl->start[i] + 1);
+                double gd = ev.gd[e], *gu = ev.gu + 3 * e;
+                if (gd == 0 && gu[0] == 0 && gu[1] == 0 && gu[2] == 0) continue;
+                const nnp_neighbor* it = &nl->items[k];
+                double u[3] = {-it->r[0] / it->d, -it->r[1] / it->d, -it->r[2] / it->d};
+                double gu_u = gu[0] * u[0] + gu[1] * u[1] + gu[2] * u[2];
+                for (int c = 0; c < 3; c++) {
+                    double g = scale * (gd * u[c] + (gu[c] - gu_u * u[c]) / it->d);
+                    grad[3 * i + c] += g;
+                    grad[3 * it->j + c] -= g;
+                }
+            }
+        }
+    }
+    free(block);
+    return NNP_OK;
+}
+
+static nnp_status tn_evaluate_cpu(nnp_plan* plan, const double* pos, const double* box, double* atom_energy,
+                                  double* batch_energy, double* grad) {
+    const tn_model* tm = tn_of(plan->model);
+    int32_t n = plan->n_atoms;
+    if (n == 0) return NNP_OK;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t z = plan->atomic_numbers[i];
+        for (int32_t k = 0; k < tm->n_members; k++)
+            if (z >= tm->members[k].max_z)
+                return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "atom %d: atomic number %d is beyond the TensorNet "
+                                "embedding (%d rows)", i, z, tm->members[k].max_z);
+    }
+    nnp_neighbors nl = {0};
+    nnp_status st = nnp_neighbors_build(plan, pos, box, tm->cutoff, &nl);
+    if (st != NNP_OK) return st;
+    double* cq = malloc((size_t)n * sizeof *cq);
+    if (cq == NULL) {
+        nnp_neighbors_free(&nl);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms", n);
+    }
+    for (int32_t i = 0; i < n; i++) cq[i] = 1 + 0.1 * plan->batch_charges[plan->batches[i]];
+    int32_t first = plan->member < 0 ? 0 : plan->member;
+    int32_t last = plan->member < 0 ? tm->n_members : plan->member + 1;
+    int32_t n_threads = nnp_plan_threads(plan);
+    if (n_threads > n) n_threads = n;
+    for (int32_t k = first; st == NNP_OK && k < last; k++)
+        st = tn_member_eval(&tm->members[k], plan, &nl, cq, n_threads, 1.0 / (last - first), atom_energy,
+                            batch_energy, grad);
+    free(cq);
+    nnp_neighbors_free(&nl);
+    return st;
+}
+
+const nnp_family nnp_family_tensornet = {
+    .id = NNP_FAMILY_TENSORNET,
+    .name = "tensornet",
+    .read_payload = tn_read_payload,
+    .write_payload = tn_write_payload,
+    .free_data = tn_free,
+    .cutoff = tn_cutoff,
+    .element_index = tn_element_index,
+    .check_charge = tn_check_charge,
+    .evaluate_cpu = tn_evaluate_cpu,
+};
