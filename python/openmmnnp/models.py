@@ -2,6 +2,9 @@
 
     python -m openmmnnp.models                      where each name resolves, and the search path
     python -m openmmnnp.models install ZOO_FOLDER   convert the ANI model zoo into the per-user cache
+    python -m openmmnnp.models convert CKPT [CKPT ...] OUT.nnpm [--energy-unit eV] [--length-unit angstrom]
+                                                  a torchmd-net TensorNet checkpoint (several: an ensemble)
+    python -m openmmnnp.models convert CKPT --name NAME   the same, into the per-user cache as NAME.nnpm
 
 A name resolves to ``<name>.nnpm`` in the first folder of :func:`searchPath` that holds one: the
 folders of ``NNP_MODEL_PATH``, the per-user cache, then the models of the ``openmm-nnp-models`` wheel.
@@ -69,10 +72,37 @@ def main(argv=None):
     inst.add_argument("zoo", help="folder holding ani-1x_8x.info, ani-1ccx_8x.info, ani-2x_8x.info")
     inst.add_argument("--dest", help=f"destination folder (default: the per-user cache, {cacheFolder()})")
     inst.add_argument("--models", nargs="+", choices=list(ZOO), help="models to convert (default: all)")
+    conv = sub.add_parser("convert", help="convert torchmd-net TensorNet checkpoints (.ckpt) into a .nnpm file",
+                          description="Reads torchmd-net / Lightning checkpoints without PyTorch (a restricted "
+                          "unpickler: nothing in the file is executed). Several checkpoints become the members "
+                          "of one ensemble.")
+    conv.add_argument("paths", nargs="+", metavar="PATH", help="checkpoints, then OUT.nnpm (unless --name)")
+    conv.add_argument("--energy-unit", default="eV", choices=["eV", "kcal/mol", "kJ/mol", "hartree"],
+                      help="the energy unit the model was trained in (default eV, as AceFF)")
+    conv.add_argument("--length-unit", default="angstrom", choices=["angstrom", "nm"],
+                      help="the length unit the model was trained in (default angstrom)")
+    conv.add_argument("--name", help="the model's name; without OUT.nnpm, writes NAME.nnpm into the per-user cache")
+    conv.add_argument("--layout", default="auto", choices=["auto", "2", "3"],
+                      help="torchmd-net version that wrote the checkpoint: 2 (up to 2.6.x, the default for auto) "
+                      "or 3 (3.x stores the last radial linears in another order)")
     args = parser.parse_args(argv)
     try:
         if args.command == "install":
             install(args.zoo, args.dest, args.models)
+            return 0
+        if args.command == "convert":
+            from . import torchmdnet
+            paths = list(args.paths)
+            if paths[-1].endswith(".nnpm"):
+                output, checkpoints = paths[-1], paths[:-1]
+            elif args.name:
+                os.makedirs(cacheFolder(), exist_ok=True)
+                output, checkpoints = os.path.join(cacheFolder(), args.name + ".nnpm"), paths
+            else:
+                parser.error("convert: give OUT.nnpm after the checkpoints, or --name NAME")
+            torchmdnet.convert(checkpoints, output, args.energy_unit, args.length_unit, args.name, args.layout,
+                               out=sys.stdout)
+            print(f"wrote {output}")
             return 0
         print("search path (first match wins):")
         for folder in searchPath():

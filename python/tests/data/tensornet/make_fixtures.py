@@ -1,0 +1,183 @@
+"""Makes the TensorNet test fixtures with torchmd-net itself (not run by the tests).
+
+    PYTHONPATH=<torchmd-net checkout> python make_fixtures.py OUT_DIR [--prefix v2-] [--check-only]
+
+For each model below: a seeded random torchmd-net TensorNet (torchmd-net's own create_model, its
+weights, LayerNorms and radial-basis buffers perturbed so that no default value hides a mistake),
+saved with torch.save in Lightning's checkpoint layout (OUT_DIR/PREFIX+NAME.ckpt), and torchmd-net's
+float64 energies per batch and forces for a few systems (OUT_DIR/PREFIX+NAME.json), from
+torchmdnet.models.model.load_model of that checkpoint with precision=64. Positions in Å, energies
+in the model's unit, forces in its unit per Å.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+# The twelve elements of Acellera's AceFF models.
+ACEFF = [1, 5, 6, 7, 8, 9, 14, 15, 16, 17, 35, 53]
+
+BASE = dict(
+    model="tensornet", precision=32, rbf_type="expnorm", trainable_rbf=False, activation="silu",
+    max_num_neighbors=64, static_shapes=False, box_vecs=None, derivative=True, atom_filter=-1,
+    output_model="Scalar", reduce_op="sum", output_mlp_num_layers=0, prior_model=None,
+    # training settings a real checkpoint carries and the converter does not need
+    lr=5e-4, lr_patience=15, batch_size=16, dataset="Custom", dataset_root="data", energy_weight=1.0,
+    force_weight=10.0, train_loss="mse_loss", seed=1, charge=True, spin=False, redirect=False,
+    remove_ref_energy=False, standardize=False, load_model=None,
+)
+
+MODELS = {
+    # name: (seed, hyperparameters, mean, std, atomref: None | "on" | "off")
+    "o3-atomref": (11, dict(embedding_dimension=32, num_layers=2, num_rbf=16, cutoff_lower=0.0, cutoff_upper=5.0,
+                            max_z=54, equivariance_invariance_group="O(3)"), 0.37, 2.1, "on"),
+    "so3-lower": (12, dict(embedding_dimension=16, num_layers=1, num_rbf=8, cutoff_lower=0.6, cutoff_upper=4.0,
+                           max_z=36, equivariance_invariance_group="SO(3)"), None, None, None),
+    "o3-deep": (13, dict(embedding_dimension=24, num_layers=3, num_rbf=12, cutoff_lower=0.3, cutoff_upper=4.5,
+                         max_z=60, equivariance_invariance_group="O(3)", trainable_rbf=True), -1.2, 0.8, "off"),
+    "o3-embedding-only": (14, dict(embedding_dimension=16, num_layers=0, num_rbf=8, cutoff_lower=0.0,
+                                   cutoff_upper=3.0, max_z=20, equivariance_invariance_group="O(3)"), 0.0, 1.0, None),
+}
+
+
+def cluster(rng, zs, spacing=1.25, jitter=0.3):
+    """Atoms on a jittered cubic grid: no two closer than spacing - 2 jitter."""
+    n = len(zs)
+    side = math.ceil(n ** (1 / 3))
+    sites = [(a, b, c) for a in range(side) for b in range(side) for c in range(side)]
+    rng.shuffle(sites)
+    pos = np.array(sites[:n], dtype=np.float64) * spacing + rng.uniform(-jitter, jitter, (n, 3))
+    return pos - pos.mean(0)
+
+
+def systems(max_z, cutoff, rng):
+    """Named systems: atomic numbers, positions (Å), batch per atom, charge per batch, box or None."""
+    def allowed(zs):
+        return [z if z < max_z else max(a for a in ACEFF if a < max_z) for z in zs]
+    m12 = allowed(ACEFF)
+    mA = allowed([6, 6, 8, 7, 1, 1, 1, 1, 1])
+    mB = allowed([16, 8, 8, 1, 17, 9])
+    out = {}
+    p12, pA, pB = cluster(rng, m12), cluster(rng, mA), cluster(rng, mB)
+    out["aceff12"] = (m12, p12, [0] * len(m12), [0], None)
+    # three molecules as three batches, overlapping in space, charges 0, +1, -1
+    z = m12 + mA + mB
+    pos = np.vstack([p12, pA + 0.31, pB - 0.27])
+    batch = [0] * len(m12) + [1] * len(mA) + [2] * len(mB)
+    out["batches"] = (z, pos, batch, [0, 1, -1], None)
+    out["cation"] = (mA, pA.copy(), [0] * len(mA), [1], None)
+    # periodic: a cubic box a little over twice the cutoff, atoms spread through it
+    L = 2 * cutoff + 0.4
+    zp = allowed([8, 1, 1] * 6 + [6, 7])
+    pp = rng.uniform(0, L, (len(zp), 3))
+    for _ in range(200):  # push apart atoms closer than 1 Å (minimum image)
+        moved = False
+        for i in range(len(zp)):
+            for j in range(i):
+                d = pp[i] - pp[j]
+                d -= L * np.round(d / L)
+                r = np.linalg.norm(d)
+                if r < 1.0:
+                    pp[i] += (1.0 - r + 0.05) * d / max(r, 1e-6)
+                    moved = True
+        pp %= L
+        if not moved:
+            break
+    out["periodic"] = (zp, pp, [0] * len(zp), [0], (np.eye(3) * L).tolist())
+    return out
+
+
+def perturb(model, rng_torch):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                p.copy_(1 + 0.25 * torch.randn(p.shape, generator=rng_torch))
+            elif "norm" in name and name.endswith("bias"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=rng_torch))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=rng_torch))
+            elif "means" in name or "betas" in name:
+                p.mul_(1 + 0.05 * torch.randn(p.shape, generator=rng_torch))
+        for name, b in model.named_buffers():
+            if name.endswith("means") or name.endswith("betas"):
+                b.mul_(1 + 0.05 * torch.randn(b.shape, generator=rng_torch))
+
+
+def make(name, spec, out_dir, prefix):
+    from torchmdnet.models.model import create_model, load_model
+    from torchmdnet import priors
+    seed, hp, mean, std, atomref = spec
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    args = dict(BASE)
+    args.update(hp)
+    prior = None
+    if atomref is not None:
+        args["prior_model"] = "Atomref"
+        args["prior_args"] = {"max_z": args["max_z"], "enable": atomref == "on"}
+        prior = priors.Atomref(max_z=args["max_z"], enable=atomref == "on")
+        with torch.no_grad():
+            prior.atomref.weight.copy_(torch.randn(args["max_z"], 1, generator=gen))
+    model = create_model(dict(args), prior_model=prior,
+                         mean=None if mean is None else torch.tensor(mean),
+                         std=None if std is None else torch.tensor(std))
+    perturb(model, gen)
+    try:
+        from lightning.fabric.utilities.data import AttributeDict
+        hparams = AttributeDict(args)
+    except ImportError:
+        hparams = dict(args)
+    state = {"model." + k: v for k, v in model.state_dict().items()}
+    import lightning
+    ckpt = {"epoch": 3, "global_step": 120, "pytorch-lightning_version": lightning.__version__,
+            "state_dict": state, "hyper_parameters": hparams, "loops": {}, "callbacks": {},
+            "optimizer_states": [], "lr_schedulers": []}
+    path = os.path.join(out_dir, prefix + name + ".ckpt")
+    torch.save(ckpt, path)
+
+    ref = load_model(path, precision=64, derivative=True)
+    ref.eval()
+    rng = np.random.default_rng(seed)
+    out = {"model": name, "torchmdnet": sys.modules["torchmdnet"].__file__, "hyperparameters": hp,
+           "systems": {}}
+    for sname, (z, pos, batch, charges, box) in systems(args["max_z"], args["cutoff_upper"], rng).items():
+        zt = torch.tensor(z, dtype=torch.long)
+        pt = torch.tensor(pos, dtype=torch.float64)
+        bt = torch.tensor(batch, dtype=torch.long)
+        qt = torch.tensor(charges, dtype=torch.float64)
+        boxt = None if box is None else torch.tensor(box, dtype=torch.float64)
+        y, neg_dy = ref(zt, pt, bt, box=boxt, q=qt)
+        out["systems"][sname] = {
+            "atomic_numbers": z, "positions": pos.tolist(), "batch": batch, "charges": charges, "box": box,
+            "energies": y.detach().reshape(-1).tolist(), "forces": neg_dy.detach().tolist()}
+        print(f"{prefix}{name} {sname}: {len(z)} atoms, energies {y.detach().reshape(-1).tolist()}")
+    if "periodic" in out["systems"]:  # the box must matter
+        s = out["systems"]["periodic"]
+        y0, _ = ref(torch.tensor(s["atomic_numbers"]), torch.tensor(s["positions"], dtype=torch.float64),
+                    torch.zeros(len(s["atomic_numbers"]), dtype=torch.long), q=torch.zeros(1, dtype=torch.float64))
+        print(f"  periodic {s['energies'][0]!r} vs not periodic {float(y0)!r}")
+        assert abs(float(y0) - s["energies"][0]) > 1e-6, "the box made no difference"
+    with open(os.path.join(out_dir, prefix + name + ".json"), "w") as f:
+        json.dump(out, f, indent=0)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("out_dir")
+    p.add_argument("--prefix", default="")
+    p.add_argument("--only", nargs="*")
+    a = p.parse_args()
+    os.makedirs(a.out_dir, exist_ok=True)
+    torch.set_num_threads(4)
+    for name, spec in MODELS.items():
+        if a.only and name not in a.only:
+            continue
+        make(name, spec, a.out_dir, a.prefix)
+
+
+if __name__ == "__main__":
+    main()
