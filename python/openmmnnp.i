@@ -121,6 +121,9 @@ public:
     void getAtomParameters(int index, int& particle, int& atomicNumber, int& batch) const;
     void setAtomParameters(int index, int particle, int atomicNumber, int batch);
     int getNumBatches() const;
+    void setBatchCharge(int batch, int charge);
+    int getBatchCharge(int batch) const;
+    std::string getModelFamily() const;
     void setEnsembleMember(int member);
     int getEnsembleMember() const;
     void setUsesPeriodicBoundaryConditions(bool periodic);

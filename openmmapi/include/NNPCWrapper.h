@@ -45,6 +45,9 @@ extern OPENMM_EXPORT_NNP int OpenMM_NNPForce_getNumBatches(const OpenMM_NNPForce
 /** -1 for the ensemble mean, else 0 .. members-1. */
 extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPForce_setEnsembleMember(OpenMM_NNPForce* target, int member);
 extern OPENMM_EXPORT_NNP int OpenMM_NNPForce_getEnsembleMember(const OpenMM_NNPForce* target);
+/* Total charge of a batch (default 0; ANI models refuse a non-zero one). */
+extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPForce_setBatchCharge(OpenMM_NNPForce* target, int batch, int charge);
+extern OPENMM_EXPORT_NNP int OpenMM_NNPForce_getBatchCharge(const OpenMM_NNPForce* target, int batch);
 extern OPENMM_EXPORT_NNP OpenMM_NNP_Status OpenMM_NNPForce_setUsesPeriodicBoundaryConditions(OpenMM_NNPForce* target,
                                                                                             OpenMM_Boolean periodic);
 extern OPENMM_EXPORT_NNP OpenMM_Boolean OpenMM_NNPForce_usesPeriodicBoundaryConditions(const OpenMM_NNPForce* target);

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <map>
 #include <vector>
 
 namespace NNPPlugin {
@@ -73,6 +74,20 @@ public:
     void setAtomParameters(int index, int particle, int atomicNumber, int batch);
     /** Number of batches: the largest batch index plus one (0 without atoms). */
     int getNumBatches() const;
+
+    /**
+     * The total charge of a batch in elementary charges (default 0), for models that take one
+     * (TensorNet: the (1 + 0.1 q) factors of torchmd-net). ANI models refuse a non-zero charge.
+     * A charge set for a batch that has no atoms has no effect.
+     * @throws OpenMMException for a batch out of range, a charge outside -1000..1000, or a non-zero
+     *         charge for a model family that does not take one
+     */
+    void setBatchCharge(int batch, int charge);
+    int getBatchCharge(int batch) const;
+    /** The batches with a non-zero total charge, and their charges (ascending batch). */
+    const std::map<int, int>& getBatchCharges() const { return batchCharges; }
+    /** The model family: "ani" or "tensornet". */
+    std::string getModelFamily() const;
 
     /** Ensemble member to evaluate: -1 (default) for the ensemble mean, or 0 .. members-1. */
     void setEnsembleMember(int member);
@@ -145,6 +160,7 @@ private:
     static void checkBatch(int particle, int batch);
     std::shared_ptr<const NNPModel> model;
     std::vector<Atom> atoms;
+    std::map<int, int> batchCharges; // non-zero only
     int member;
     bool periodic, embedModel;
 };

@@ -90,6 +90,15 @@ OpenMM_NNP_Status OpenMM_NNPForce_setEnsembleMember(OpenMM_NNPForce* target, int
     return guarded("OpenMM_NNPForce_setEnsembleMember", target, [&] { force(target)->setEnsembleMember(member); });
 }
 
+OpenMM_NNP_Status OpenMM_NNPForce_setBatchCharge(OpenMM_NNPForce* target, int batch, int charge) {
+    return guarded("OpenMM_NNPForce_setBatchCharge", target, [&] { force(target)->setBatchCharge(batch, charge); });
+}
+
+int OpenMM_NNPForce_getBatchCharge(const OpenMM_NNPForce* target, int batch) {
+    if (target == nullptr) return fail("OpenMM_NNPForce_getBatchCharge: NULL argument"), 0;
+    return force(target)->getBatchCharge(batch);
+}
+
 int OpenMM_NNPForce_getEnsembleMember(const OpenMM_NNPForce* target) {
     if (target == nullptr) return fail("OpenMM_NNPForce_getEnsembleMember: NULL argument"), -2;
     return force(target)->getEnsembleMember();

@@ -116,6 +116,31 @@ void NNPForce::setEnsembleMember(int m) {
 }
 
 int NNPForce::getEnsembleMember() const { return member; }
+
+void NNPForce::setBatchCharge(int batch, int charge) {
+    if (batch < 0 || batch >= NNP_MAX_BATCHES)
+        throw OpenMMException("NNPForce: setBatchCharge: batch " + std::to_string(batch) + " is not in 0.." +
+                              std::to_string(NNP_MAX_BATCHES - 1));
+    if (charge < -1000 || charge > 1000)
+        throw OpenMMException("NNPForce: setBatchCharge: total charge " + std::to_string(charge) + " of batch " +
+                              std::to_string(batch) + " is not in -1000..1000");
+    if (charge != 0 && nnp_model_family(model->get()) == NNP_FAMILY_ANI)
+        throw OpenMMException("NNPForce: setBatchCharge: the ANI model " + getModelName() +
+                              " describes neutral molecules only; batch " + std::to_string(batch) +
+                              " cannot have total charge " + std::to_string(charge) +
+                              " (a TensorNet model such as AceFF takes one)");
+    if (charge == 0)
+        batchCharges.erase(batch);
+    else
+        batchCharges[batch] = charge;
+}
+
+int NNPForce::getBatchCharge(int batch) const {
+    auto it = batchCharges.find(batch);
+    return it == batchCharges.end() ? 0 : it->second;
+}
+
+std::string NNPForce::getModelFamily() const { return nnp_model_family_name(model->get()); }
 void NNPForce::setUsesPeriodicBoundaryConditions(bool p) { periodic = p; }
 bool NNPForce::usesPeriodicBoundaryConditions() const { return periodic; }
 void NNPForce::setEmbedModelInXml(bool embed) { embedModel = embed; }

@@ -139,5 +139,10 @@ std::vector<int32_t> NNPPlugin::setPlanAtoms(nnp_plan* plan, const NNPForce& for
     checkNNP(nnp_plan_set_atoms(plan, n, z.data(), batch.data()), "invalid atoms");
     checkNNP(nnp_plan_set_particles(plan, particles.data()), "invalid particles");
     checkNNP(nnp_plan_set_member(plan, force.getEnsembleMember()), "invalid ensemble member");
+    int nBatches = nnp_plan_num_batches(plan);
+    std::vector<int32_t> charges(nBatches, 0);
+    for (const auto& entry : force.getBatchCharges())
+        if (entry.first < nBatches) charges[entry.first] = entry.second;
+    checkNNP(nnp_plan_set_batch_charges(plan, nBatches, charges.data()), "invalid batch charges");
     return particles;
 }

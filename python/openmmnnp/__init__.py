@@ -106,9 +106,34 @@ _findModel = NNPForce.findModel
 _convertModel = NNPForce.convertModel
 
 
+def _fromCheckpoint(path):
+    """A torchmd-net checkpoint converted into the per-user cache (once per content), with a warning
+    that says so and how to convert it with other units."""
+    import hashlib
+    import warnings
+    from . import models, torchmdnet
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    stem = _os.path.splitext(_os.path.basename(path))[0][:40]
+    folder = _os.path.join(models.cacheFolder(), "converted")
+    target = _os.path.join(folder, f"{stem}-{digest}.nnpm")
+    if not _os.path.isfile(target):
+        _os.makedirs(folder, exist_ok=True)
+        torchmdnet.convert([path], target, name=stem)
+        warnings.warn(f"NNPForce: converted the torchmd-net checkpoint {path} into {target} (eV and Å, "
+                      "torchmd-net 2.x layout); for other units or a 3.x checkpoint, convert it yourself: "
+                      f"python -m openmmnnp.models convert {path} OUT.nnpm --energy-unit ... --layout 3",
+                      stacklevel=3)
+    return target
+
+
 def _initForce(self, model):
-    """NNPForce(model): a model name ("ani2x") or path (.nnpm, or an ANI model zoo .info)."""
-    _init(self, _path(model))
+    """NNPForce(model): a model name ("ani2x") or path (.nnpm, an ANI model zoo .info, or a torchmd-net
+    TensorNet .ckpt, converted on first use into the per-user cache)."""
+    path = _path(model)
+    if path.endswith(".ckpt") and _os.path.isfile(path):
+        path = _fromCheckpoint(path)
+    _init(self, path)
 
 
 NNPForce.__init__ = _initForce
@@ -116,6 +141,10 @@ NNPForce.findModel = staticmethod(lambda nameOrPath: _findModel(_path(nameOrPath
 NNPForce.convertModel = staticmethod(lambda source, destination: _convertModel(_path(source, "source"),
                                                                                _path(destination, "destination")))
 _getAtomParameters = NNPForce.getAtomParameters
+_setBatchCharge, _getBatchCharge = NNPForce.setBatchCharge, NNPForce.getBatchCharge
+NNPForce.setBatchCharge = lambda self, batch, charge: _setBatchCharge(self, _integer(batch, "batch"),
+                                                                      _integer(charge, "charge"))
+NNPForce.getBatchCharge = lambda self, batch: _getBatchCharge(self, _integer(batch, "batch"))
 _setEnsembleMember = NNPForce.setEnsembleMember
 NNPForce.getAtomParameters = lambda self, index: _getAtomParameters(self, _integer(index, "atom index"))
 NNPForce.setEnsembleMember = lambda self, member: _setEnsembleMember(self, _integer(member, "ensemble member"))

@@ -295,8 +295,8 @@ def _member(ckpt, path, layout):
 
 
 def convert(checkpoints, output, energy_unit="eV", length_unit="angstrom", name=None, layout="auto", out=None):
-    """Converts torchmd-net TensorNet checkpoints (one, or several as ensemble members) into a .nnpm
-    file. Returns a list of dicts describing each member (sizes, cutoffs, layout used)."""
+    """Converts torchmd-net TensorNet checkpoints (paths, or dicts as read_checkpoint returns them; one,
+    or several as ensemble members) into a .nnpm file. Returns a dict per member (sizes, cutoffs, layout)."""
     if isinstance(checkpoints, (str, os.PathLike)):
         checkpoints = [checkpoints]
     if not checkpoints:
@@ -305,16 +305,21 @@ def convert(checkpoints, output, energy_unit="eV", length_unit="angstrom", name=
         _fail(f"energy unit {energy_unit!r}: use one of {', '.join(ENERGY_UNITS)}")
     if length_unit not in LENGTH_UNITS:
         _fail(f"length unit {length_unit!r}: use one of {', '.join(LENGTH_UNITS)}")
-    name = name or os.path.splitext(os.path.basename(str(checkpoints[0])))[0]
+    if name is None:
+        name = "tensornet" if isinstance(checkpoints[0], dict) else os.path.splitext(os.path.basename(str(checkpoints[0])))[0]
     encoded = name.encode()
     if len(encoded) > _MAX_NAME or "\0" in name:
         _fail(f"model name {name!r} is longer than {_MAX_NAME} bytes")
     members, infos = [], []
-    for path in checkpoints:
-        path = os.fspath(path)
-        if not os.path.isfile(path):
-            _fail(f"{path}: no such checkpoint file")
-        payload, info = _member(read_checkpoint(path), path, layout)
+    for k, source in enumerate(checkpoints):
+        if isinstance(source, dict):
+            path, ckpt = f"checkpoint {k}", source
+        else:
+            path = os.fspath(source)
+            if not os.path.isfile(path):
+                _fail(f"{path}: no such checkpoint file")
+            ckpt = read_checkpoint(path)
+        payload, info = _member(ckpt, path, layout)
         members.append(payload)
         infos.append(info)
         if out is not None:

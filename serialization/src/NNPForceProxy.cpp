@@ -105,6 +105,12 @@ void NNPForceProxy::serialize(const void* object, SerializationNode& node) const
         force.getAtomParameters(i, particle, z, batch);
         atoms.createChildNode("Atom").setIntProperty("p", particle).setIntProperty("z", z).setIntProperty("b", batch);
     }
+    // Written only when a batch is charged, so that files of neutral systems read in older versions.
+    if (!force.getBatchCharges().empty()) {
+        SerializationNode& charges = node.createChildNode("BatchCharges");
+        for (const auto& entry : force.getBatchCharges())
+            charges.createChildNode("Batch").setIntProperty("b", entry.first).setIntProperty("q", entry.second);
+    }
 }
 
 void* NNPForceProxy::deserialize(const SerializationNode& node) const {
@@ -129,6 +135,10 @@ void* NNPForceProxy::deserialize(const SerializationNode& node) const {
         if (atoms.hasProperty("count") && strictInt(atoms, "count") != force->getNumAtoms())
             throw OpenMMException("NNPForce: the XML announces " + atoms.getStringProperty("count") + " atoms but holds " +
                                   std::to_string(force->getNumAtoms()) + " (a truncated or edited file?)");
+        for (const SerializationNode& child : node.getChildren())
+            if (child.getName() == "BatchCharges")
+                for (const SerializationNode& batch : child.getChildren())
+                    force->setBatchCharge(strictInt(batch, "b"), strictInt(batch, "q"));
     } catch (...) {
         delete force;
         throw;
