@@ -1,7 +1,8 @@
 """Entry point of openmm-nnp's potentials in OpenMM-ML (group ``openmmml.potentials``).
 
 OpenMM-ML builds this factory with no arguments while ``import openmmml`` runs, for every name that
-openmm-nnp registers (ani1x-nnp, ani1ccx-nnp, ani2x-nnp). It therefore imports nothing but the
+openmm-nnp registers (ani1x-nnp, ani1ccx-nnp, ani2x-nnp, aceff-1.0-nnp, aceff-1.1-nnp,
+torchmdnet-nnp). It therefore imports nothing but the
 standard library and never raises: openmmnnp itself is loaded only when a potential is created
 (``MLPotential('ani2x-nnp')``). The implementation is :mod:`openmmnnp.mlpotential`.
 """

@@ -1,4 +1,6 @@
-"""OpenMM-ML potentials computed by NNPForce: ``MLPotential('ani2x-nnp')``, ``'ani1x-nnp'``, ``'ani1ccx-nnp'``.
+"""OpenMM-ML potentials computed by NNPForce: ``MLPotential('ani2x-nnp')``, ``'ani1x-nnp'``, ``'ani1ccx-nnp'``,
+``'aceff-1.0-nnp'``, ``'aceff-1.1-nnp'`` (Acellera's TensorNet models) and ``'torchmdnet-nnp'`` (any torchmd-net
+TensorNet checkpoint, ``modelPath=``).
 
 Installed with openmm-nnp, these names are registered with OpenMM-ML through its entry-point group
 ``openmmml.potentials`` (see :mod:`openmmnnp_openmmml`), so that::
@@ -9,14 +11,17 @@ Installed with openmm-nnp, these names are registered with OpenMM-ML through its
     mixed = potential.createMixedSystem(topology, mmSystem, mlAtoms)   # ML/MM
 
 Arguments of ``MLPotential(name, ...)``:
-    model       model name or path (.nnpm, or .info of the ANI model zoo) to use instead of the
-                name's own model ("ani2x" for "ani2x-nnp")
+    model       model name or path (.nnpm, .info of the ANI model zoo, or a torchmd-net .ckpt) to use
+                instead of the name's own model ("ani2x" for "ani2x-nnp", "aceff-1.1" for "aceff-1.1-nnp")
+    modelPath   the same (OpenMM-ML's torchmdnet potential's name for it); required for "torchmdnet-nnp"
 Arguments of ``createSystem`` / ``createMixedSystem`` (passed on to :meth:`addForces`):
     batches     None (default): all selected atoms in one batch, OpenMM-ML's own ANI physics (atoms
                 of nearby molecules interact); "molecule" (bonded components), "residue", "chain",
                 or a list of batch indices: independent molecules or replicas, each with its energy
                 (``NNPForce.getBatchEnergies``)
     modelIndex  one ensemble member instead of the ensemble mean (as OpenMM-ML's "ani2x")
+    charge      total charge of the ML atoms (TensorNet models; default 0), or with ``batches`` a list
+                with one total charge per batch
 Other keyword arguments are accepted and ignored, as OpenMM-ML expects.
 """
 import openmm
@@ -25,7 +30,10 @@ from openmm import app
 from .helpers import createForceFromTopology
 
 #: OpenMM-ML names and the model each one finds by name.
-MODELS = {"ani1x-nnp": "ani1x", "ani1ccx-nnp": "ani1ccx", "ani2x-nnp": "ani2x"}
+MODELS = {"ani1x-nnp": "ani1x", "ani1ccx-nnp": "ani1ccx", "ani2x-nnp": "ani2x", "aceff-1.0-nnp": "aceff-1.0",
+          "aceff-1.1-nnp": "aceff-1.1", "torchmdnet-nnp": None}
+#: Where the AceFF checkpoints are published (Hugging Face repository, file), as OpenMM-ML downloads them.
+PUBLISHED = {"aceff-1.0": ("Acellera/AceFF-1.0", "aceff_v1.0.ckpt"), "aceff-1.1": ("Acellera/AceFF-1.1", "aceff_v1.1.ckpt")}
 
 try:
     from openmmml.mlpotential import MLPotentialImpl as _ImplBase
@@ -36,16 +44,29 @@ except ImportError:  # usable without OpenMM-ML too: addForces() is plain OpenMM
 class NNPPotentialImpl(_ImplBase):
     """The MLPotentialImpl of the ``*-nnp`` potentials: one NNPForce per call of addForces()."""
 
-    def __init__(self, name, model=None, **args):
+    def __init__(self, name, model=None, modelPath=None, **args):
+        if model is None:
+            model = modelPath
         if model is None:
             if name not in MODELS:
                 raise openmm.OpenMMException(f"openmm-nnp: no potential named {name!r}; known: {', '.join(MODELS)}")
             model = MODELS[name]
+            if model is None:
+                raise openmm.OpenMMException(f"MLPotential('{name}') needs modelPath= a torchmd-net checkpoint (.ckpt) "
+                                             "or a converted .nnpm file")
         from . import NNPForce
         self.name = name
-        self.model = NNPForce.findModel(str(model))  # fails now, listing where it looked, if it is missing
+        try:
+            self.model = NNPForce.findModel(str(model))  # fails now, listing where it looked, if it is missing
+        except openmm.OpenMMException as e:
+            if str(model) not in PUBLISHED:
+                raise
+            repo, filename = PUBLISHED[str(model)]
+            raise openmm.OpenMMException(
+                f"{e}\n{model} is published as {filename} at https://huggingface.co/{repo}; download it and convert "
+                f"it once (no PyTorch needed): python -m openmmnnp.models convert {filename} --name {model}") from None
 
-    def addForces(self, topology, system, atoms, forceGroup, modelIndex=None, batches=None, **args):
+    def addForces(self, topology, system, atoms, forceGroup, modelIndex=None, batches=None, charge=0, **args):
         """Adds an NNPForce for `atoms` (all atoms when None) of `topology` to `system`, in
         `forceGroup`; periodic when the System or the Topology is."""
         caller = f"MLPotential('{self.name}')"
@@ -58,11 +79,21 @@ class NNPPotentialImpl(_ImplBase):
             raise openmm.OpenMMException(str(e).replace("createForceFromTopology", caller, 1)) from None
         if modelIndex is not None:
             force.setEnsembleMember(int(modelIndex))
+        charges = list(charge) if isinstance(charge, (list, tuple)) else None
+        if charges is None:
+            if charge != 0 and force.getNumBatches() > 1:
+                raise openmm.OpenMMException(f"{caller}: charge={charge!r} with {force.getNumBatches()} batches: give "
+                                             "a list with the total charge of each batch")
+            charges = [charge] if force.getNumBatches() > 0 else []
+        elif len(charges) != force.getNumBatches():
+            raise openmm.OpenMMException(f"{caller}: {len(charges)} charges for {force.getNumBatches()} batches")
+        for b, q in enumerate(charges):
+            force.setBatchCharge(b, q)
         force.setForceGroup(forceGroup)
         system.addForce(force)
 
     def getMLLongRange(self):
-        """ANI is local (cutoff 5.2 Å for ANI-1x/1ccx, 5.1 Å for ANI-2x): no long-range term."""
+        """ANI and TensorNet are local (cutoffs of a few Å): no long-range term."""
         return False
 
 

@@ -70,7 +70,7 @@ def test_registered_cheaply():
     code = ("import sys, openmmml\n"
             "from openmmml import MLPotential\n"
             "names = sorted(n for n in MLPotential._implFactories if n.endswith('-nnp'))\n"
-            "assert names == ['ani1ccx-nnp', 'ani1x-nnp', 'ani2x-nnp'], names\n"
+            "assert names == ['aceff-1.0-nnp', 'aceff-1.1-nnp', 'ani1ccx-nnp', 'ani1x-nnp', 'ani2x-nnp', 'torchmdnet-nnp'], names\n"
             "assert 'openmmnnp' not in sys.modules, 'import openmmml loaded openmmnnp'\n"
             "sys.modules['openmmml'] = sys.modules['openmmml.mlpotential'] = None\n"
             "del sys.modules['openmmnnp_openmmml']\n"

@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 import openmm
 import pytest
-from openmm import unit
+from openmm import app, unit
 
 import openmmnnp
 from openmmnnp import torchmdnet
@@ -390,3 +390,58 @@ def test_checkpoint_path_converts_on_the_fly(tmp_path, monkeypatch):
         force = openmmnnp.NNPForce(ckpt("so3-lower"))
     assert force.getModelFamily() == "tensornet"
     assert os.path.dirname(force.getModelPath()) == str(tmp_path / "openmm-nnp" / "models" / "converted")
+
+
+# --------------------------------------------------------------------------- OpenMM-ML
+
+def topology_of(s):
+    top = app.Topology()
+    chain = top.addChain()
+    for b in sorted(set(s["batch"])):
+        residue = top.addResidue("MOL", chain)
+        for z, bb in zip(s["atomic_numbers"], s["batch"]):
+            if bb == b:
+                top.addAtom(app.Element.getByAtomicNumber(z).symbol, app.Element.getByAtomicNumber(z), residue)
+    return top
+
+
+def test_openmmml_aceff_names(tmp_path, monkeypatch):
+    from openmmml import MLPotential
+    folder = tmp_path / "models"
+    folder.mkdir()
+    monkeypatch.setenv("NNP_MODEL_PATH", str(folder))
+    with pytest.raises(openmm.OpenMMException, match=r"aceff_v1.0.ckpt at https://huggingface.co/Acellera/AceFF-1.0.*"
+                       r"python -m openmmnnp.models convert aceff_v1.0.ckpt --name aceff-1.0"):
+        MLPotential("aceff-1.0-nnp")
+    torchmdnet.convert([ckpt("o3-atomref")], str(folder / "aceff-1.0.nnpm"), name="aceff-1.0")
+    s = reference("o3-atomref")["systems"]["cation"]
+    top = topology_of(s)
+    potential = MLPotential("aceff-1.0-nnp")
+    system = potential.createSystem(top, charge=1)
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(np.array(s["positions"]) * 0.1)
+    state = context.getState(getEnergy=True, getForces=True)
+    e = state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole) / EV
+    f = state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.angstrom) / EV
+    assert_matches(np.array([e]), f, s["energies"], s["forces"])
+    # createMixedSystem: the ML atoms by TensorNet, the rest of the MM System kept
+    mm = openmm.System()
+    for _ in s["atomic_numbers"]:
+        mm.addParticle(1.0)
+    mixed = potential.createMixedSystem(top, mm, range(len(s["atomic_numbers"])), charge=1)
+    forces = [f for f in mixed.getForces() if f.getName() == "NNPForce" or "NNP" in type(f).__name__]
+    assert forces
+    # several batches: a list of charges
+    b = reference("o3-atomref")["systems"]["batches"]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    pot = MLPotential("torchmdnet-nnp", modelPath=ckpt("o3-atomref"))
+    with pytest.warns(UserWarning, match="converted the torchmd-net checkpoint"):
+        system = pot.createSystem(topology_of(b), batches="residue", charge=b["charges"])
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("CPU"))
+    context.setPositions(np.array(b["positions"]) * 0.1)
+    e = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole) / EV
+    assert e == pytest.approx(sum(b["energies"]), rel=1e-9)
+    with pytest.raises(openmm.OpenMMException, match="give a list"):
+        pot.createSystem(topology_of(b), batches="residue", charge=1)
+    with pytest.raises(openmm.OpenMMException, match="needs modelPath"):
+        MLPotential("torchmdnet-nnp")
