@@ -45,6 +45,12 @@ int main(void) {
     CHECK(strstr(OpenMM_NNP_getLastError(), "batch index -1") != NULL);
     CHECK(OpenMM_NNPForce_setEnsembleMember(force, 0) == OpenMM_NNP_Ok);
     CHECK(OpenMM_NNPForce_setEnsembleMember(force, 99) == OpenMM_NNP_Error);
+    /* ANI takes neutral batches only; a zero charge is accepted */
+    CHECK(OpenMM_NNPForce_setBatchCharge(force, 0, 1) == OpenMM_NNP_Error);
+    CHECK(strstr(OpenMM_NNP_getLastError(), "neutral molecules only") != NULL);
+    CHECK(OpenMM_NNPForce_setBatchCharge(force, 0, 0) == OpenMM_NNP_Ok);
+    CHECK(OpenMM_NNPForce_getBatchCharge(force, 0) == 0);
+    CHECK(OpenMM_NNPForce_setBatchCharge(NULL, 0, 0) == OpenMM_NNP_Error);
     const double xyz[5][3] = {{0, 0, 0}, {0, 1, 1}, {1, 0, 1}, {1, 1, 0}, {0.5, 0.5, 0.5}};
     const int z[5] = {1, 1, 1, 1, 6};
     OpenMM_Vec3Array* positions = OpenMM_Vec3Array_create(0);

@@ -445,3 +445,14 @@ def test_openmmml_aceff_names(tmp_path, monkeypatch):
         pot.createSystem(topology_of(b), batches="residue", charge=1)
     with pytest.raises(openmm.OpenMMException, match="needs modelPath"):
         MLPotential("torchmdnet-nnp")
+
+
+def test_example_runs():
+    import subprocess
+    import sys
+    from conftest import EXAMPLES
+    result = subprocess.run([sys.executable, os.path.join(EXAMPLES, "tensornet_charges.py"), ckpt("o3-atomref")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "batch 0 (charge +1)" in result.stdout and "batch 1 (charge -1)" in result.stdout
+    assert "XML round trip keeps the charges" in result.stdout
