@@ -8,7 +8,7 @@ template <typename real> struct AevParams {
     real Rcr, Rca;
     int nEtaR, nShfR, nEtaA, nZeta, nShfA, nShfZ;
     real EtaR[8], ShfR[NNP_MAX_TERMS], EtaA[8], Zeta[8], ShfA[NNP_MAX_TERMS];
-    int n_elements, radial_sub, angular_sub, radial_length, aev_length;
+    int radial_sub, angular_sub, radial_length, aev_length;
     int pair_index[NNP_MAX_ELEMENTS * NNP_MAX_ELEMENTS];
     /* Where each block of features sits in the stored (live) AEV row, or -1: the radial block of
        each neighbour element and the angular block of each element pair (see nnp_cuda_plan_aev_layout). */

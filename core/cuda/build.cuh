@@ -101,7 +101,7 @@ static AevParams<real> aev_params(const nnp_model* m, const nnp_aev_layout& L) {
     for (int k = 0; k < p->nZeta; k++) P.Zeta[k] = (real)p->Zeta[k];
     for (int k = 0; k < p->nShfA; k++) P.ShfA[k] = (real)p->ShfA[k];
     for (int k = 0; k < p->nShfZ; k++) P.cosShfZ[k] = (real)cos(p->ShfZ[k]), P.sinShfZ[k] = (real)sin(p->ShfZ[k]);
-    P.n_elements = m->n_elements, P.radial_sub = m->radial_sub, P.angular_sub = m->angular_sub;
+    P.radial_sub = m->radial_sub, P.angular_sub = m->angular_sub;
     P.radial_length = m->radial_length, P.aev_length = m->aev_length;
     for (int a = 0; a < m->n_elements; a++)
         for (int b = 0; b < m->n_elements; b++) P.pair_index[a * NNP_MAX_ELEMENTS + b] = m->pair_index[a][b];
@@ -712,7 +712,7 @@ template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_
     b->M = plan->member < 0 ? plan->model->n_members : 1;
     b->m0 = plan->member < 0 ? 0 : plan->member;
     s->precision = plan->cuda_precision;
-    s->n_atoms = plan->n_atoms, s->n_batches = plan->n_batches, s->n_particles = n_particles, s->member = plan->member;
+    s->n_atoms = plan->n_atoms, s->n_batches = plan->n_batches, s->n_particles = n_particles;
     s->units = plan->units;
     s->members = b->M;
     s->tuning = plan->cuda_tuning;

@@ -74,7 +74,7 @@ static nnp_status capture_state(cudaStream_t stream, int* capturing) {
 }
 
 /* Errors the device recorded in earlier evaluations (seen once their flags reached the host). */
-static nnp_status check_flags(nnp_plan* plan, nnp_cuda_state* s) {
+static nnp_status check_flags(nnp_cuda_state* s) {
     int f[4];
     volatile int* host = s->host_flags; /* the GPU may be writing it */
     for (int k = 0; k < 4; k++) /* read and cleared at once: the GPU writes a flag only when it is raised */
@@ -87,7 +87,6 @@ static nnp_status check_flags(nnp_plan* plan, nnp_cuda_state* s) {
                         "of %d per atom: its energy and forces were wrong; split very large batches", f[1], s->capacity);
     if (f[2] > 0) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "two atoms of one batch were at the same position");
     if (f[3] > 0) return nnp_fail(NNP_ERR_NONFINITE, "the model gave a non-finite energy in a recent CUDA evaluation");
-    (void)plan;
     return NNP_OK;
 }
 
@@ -123,7 +122,7 @@ extern "C" nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) {
             return nnp_fail(NNP_ERR_CAPTURE, "the particle count changed since the last evaluation outside capture");
     } else {
         if (s != NULL) {
-            st = check_flags(plan, s);
+            st = check_flags(s);
             if (st != NNP_OK) return st;
         }
         if (s == NULL || plan->cuda_dirty || (io->sorted_particles && io->n_particles != s->n_particles)) {
@@ -171,7 +170,7 @@ extern "C" nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) {
     if (!capturing && !s->evaluated) {
         /* The first evaluation with new buffers: wait for it, so that bad input is reported now. */
         CUDA_TRY(cudaStreamSynchronize(stream));
-        st = check_flags(plan, s);
+        st = check_flags(s);
         if (st != NNP_OK) return st;
         s->evaluated = 1;
     }
@@ -194,7 +193,7 @@ extern "C" nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, doub
         CUDA_TRY(cudaMemcpyAsync(energies, s->batch_energy, sizeof(double) * plan->n_batches, cudaMemcpyDeviceToHost,
                                  (cudaStream_t)stream));
     CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream));
-    return check_flags(plan, s);
+    return check_flags(s);
 }
 
 extern "C" nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length, int32_t* stored_length, int32_t* classes) {

@@ -60,7 +60,7 @@ struct GemmLaunch {
 struct nnp_cuda_state {
     CUcontext context; /* where the memory lives */
     int precision;     /* NNP_PRECISION_* */
-    int n_atoms, n_batches, n_particles, capacity, n_hidden, members, member, units;
+    int n_atoms, n_batches, n_particles, capacity, n_hidden, members, units;
     int evaluated;     /* one evaluation outside capture done with these buffers */
     nnp_cuda_tuning tuning; /* the plan's table when the buffers were made */
     /* the AEV layout and the rows (nnp_cuda_plan_aev_layout, nnp_cuda_plan_rows) */

@@ -11,11 +11,6 @@ using namespace NNPPlugin;
 using namespace OpenMM;
 using std::vector;
 
-/*
- * Tells OpenMM's atom reordering about the batches: particles are interchangeable only within one
- * batch and with the same element, and each batch is one group (molecule), so that OpenMM never
- * swaps the coordinates of molecules that belong to different batches.
- */
 /* What OpenMM's CUDA platform needs to know to reorder atoms: each batch is a group (its atoms move
    together), and two batches are identical when they hold the same elements in the same order, so
    OpenMM may swap whole molecules of one kind (the kernels read positions through OpenMM's atom
