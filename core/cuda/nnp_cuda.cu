@@ -1,58 +1,38 @@
 /*
- * CUDA evaluation of libnnp: the same maths as the CPU evaluation (cpu.c, the specification), in
- * float32 or float64, for all batches at once, on a stream the caller gives. One translation unit
- * made of parts, each named for what it computes (kernels first, then what launches them):
- *   common.cuh         device helpers: vectors, CELU, fixed point, programmatic dependent launch
- *   aev.cuh            positions, neighbours within the cutoff and the AEV (k_inverse_order, k_aev)
- *   gemm.cuh           GEMM jobs and epilogues, split-K SIMT product for middle row counts (k_gemm, k_gemm_reduce)
- *   gemm_big.cuh       many rows: 128×128 register-blocked tiles (k_gemm_big, k_gemm_big4)
- *   gemm_few_rows.cuh  one or a few molecules: split-K fix-ups, k_gemm_skinny, k_gemm_mma (tensor cores)
- *   finish.cuh         output layer (k_output), per-batch energies and total, flags (k_finish)
- *   aev_backward.cuh   forces from dE/dAEV (k_aev_backward)
- *   state.cuh          the launch plan and the device buffers
- *   build.cuh          making the launch plan (decisions from cuda_plan.c), uploading it
- *   launch.cuh         one evaluation's launches, read from the plan
- *   this file          the C entry points, the capture contract, error flags
+ * libnnp's CUDA entry points, the same for every model family: argument checks, the capture
+ * contract, the family's evaluation (nnp_family::evaluate_cuda, e.g. core/models/ani/cuda/), the
+ * first evaluation's synchronisation and the per-batch energies.
  *
- * One evaluation is a fixed sequence of kernels whose sizes all come from the plan (made when the
- * atoms were set, at the last evaluation outside stream capture):
- *   positions     where each particle is in OpenMM's reordered buffers (when reordered)
- *   aev           one block per atom (few atoms: several): its position (any layout) → Å, its
- *                 neighbours within Rcr in the same batch in index order (block-wide ballots), its AEV
- *   layer 1       all members at once: [atoms of element e] × [members·width] GEMM
- *   layers 2..L-1 per (element, member) GEMM with bias and CELU
- *   output        per-atom energy (ensemble mean) and the first backward step (one molecule:
- *                 inside the last hidden layer's forward, see OutFuse)
- *   backward      GEMMs back to dE/dAEV (all members summed inside one GEMM)
- *   aev backward  forces, fixed-point atomic adds (order-independent, so deterministic)
- *   batch sums    one warp per batch, fixed order → per-batch energies; then the total, and the
- *                 error flags into mapped host memory (few atoms: the AEV backward's first block)
- * Inside stream capture nothing is allocated, copied from the host, synchronised or loaded.
+ * The capture contract: every size (atoms, batches, charges, particles, buffers) is fixed by the
+ * last evaluation outside stream capture; inside capture the family only launches kernels (nothing
+ * is allocated, copied from the host, synchronised or loaded), and errors its kernels raise are
+ * reported by the next call outside capture that looks (nnp_cuda_batch_energies or an evaluation).
  */
-#include "../src/cuda_plan.h"
-
-#include <cuda.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "common.cuh"
-#include "aev.cuh"
-#include "gemm.cuh"
-#include "gemm_big.cuh"
-#include "gemm_few_rows.cuh"
-#include "finish.cuh"
-#include "aev_backward.cuh"
-#include "state.cuh"
-#include "build.cuh"
-#include "launch.cuh"
+
+#include <stdlib.h>
+
+nnp_cuda_driver_table nnp_cuda_driver;
+
+nnp_status nnp_cuda_load_driver(void) {
+    if (nnp_cuda_driver.loaded) return NNP_OK;
+    struct { const char* name; void** fn; } fns[] = {{"cuStreamIsCapturing", (void**)&nnp_cuda_driver.streamIsCapturing},
+                                                    {"cuCtxGetCurrent", (void**)&nnp_cuda_driver.ctxGetCurrent},
+                                                    {"cuCtxPushCurrent", (void**)&nnp_cuda_driver.ctxPushCurrent},
+                                                    {"cuCtxPopCurrent", (void**)&nnp_cuda_driver.ctxPopCurrent}};
+    for (size_t k = 0; k < sizeof fns / sizeof fns[0]; k++) {
+        cudaDriverEntryPointQueryResult found;
+        cudaError_t err = cudaGetDriverEntryPointByVersion(fns[k].name, fns[k].fn, 12000, cudaEnableDefault, &found);
+        if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || *fns[k].fn == NULL)
+            return nnp_fail(NNP_ERR_CUDA, "the CUDA driver does not provide %s (%s)", fns[k].name,
+                            err != cudaSuccess ? cudaGetErrorString(err) : "symbol not found");
+    }
+    nnp_cuda_driver.loaded = 1;
+    return NNP_OK;
+}
 
 extern "C" void nnp_cuda_release(nnp_plan* plan) {
-    free_state((nnp_cuda_state*)plan->cuda);
+    if (plan->cuda != NULL) plan->model->family->cuda_free(plan);
     plan->cuda = NULL;
 }
 
@@ -61,41 +41,22 @@ extern "C" int nnp_cuda_available(void) {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-/* ------------------------------------------------------------------ entry points */
-
 static nnp_status capture_state(cudaStream_t stream, int* capturing) {
-    nnp_status st = load_driver();
+    nnp_status st = nnp_cuda_load_driver();
     if (st != NNP_OK) return st;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult r = driver.streamIsCapturing((CUstream)stream, &status);
+    CUresult r = nnp_cuda_driver.streamIsCapturing((CUstream)stream, &status);
     if (r != CUDA_SUCCESS) return nnp_fail(NNP_ERR_CUDA, "cuStreamIsCapturing failed (CUresult %d)", (int)r);
     *capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
     return NNP_OK;
 }
 
-/* Errors the device recorded in earlier evaluations (seen once their flags reached the host). */
-static nnp_status check_flags(nnp_cuda_state* s) {
-    int f[4];
-    volatile int* host = s->host_flags; /* the GPU may be writing it */
-    for (int k = 0; k < 4; k++) /* read and cleared at once: the GPU writes a flag only when it is raised */
-        f[k] = __atomic_exchange_n((int*)&host[k], FLAG_CLEAR[k], __ATOMIC_ACQ_REL);
-    if (f[0] != 0x7fffffff)
-        return nnp_fail(NNP_ERR_NONFINITE, "a coordinate of atom %d is not finite (NaN or infinite) in a recent CUDA evaluation",
-                        f[0]);
-    if (f[1] > 0)
-        return nnp_fail(NNP_ERR_STATE, "an atom had %d neighbours within the cutoff, more than the CUDA evaluation's capacity "
-                        "of %d per atom: its energy and forces were wrong; split very large batches", f[1], s->capacity);
-    if (f[2] > 0) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "two atoms of one batch were at the same position");
-    if (f[3] > 0) return nnp_fail(NNP_ERR_NONFINITE, "the model gave a non-finite energy in a recent CUDA evaluation");
-    return NNP_OK;
-}
-
 extern "C" nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) {
     if (plan == NULL || io == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: NULL argument");
-    if (plan->model->family != &nnp_family_ani)
-        return nnp_fail(NNP_ERR_UNSUPPORTED, "the CUDA evaluation runs ANI models; '%s' is a %s model (evaluate it "
-                        "with nnp_evaluate_cpu, or OpenMM's Reference or CPU platform)", plan->model->name,
-                        plan->model->family->name);
+    const nnp_family* family = plan->model->family;
+    if (family->evaluate_cuda == NULL)
+        return nnp_fail(NNP_ERR_UNSUPPORTED, "this libnnp has no CUDA evaluation of %s models such as '%s' (evaluate it "
+                        "with nnp_evaluate_cpu, or OpenMM's Reference or CPU platform)", family->name, plan->model->name);
     if (plan->n_atoms > 0 && io->positions == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: positions is NULL");
     if (io->forces_format != NNP_FORCES_NONE && io->forces == NULL)
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: forces is NULL");
@@ -105,9 +66,7 @@ extern "C" nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) {
     int capturing = 0;
     nnp_status st = capture_state(stream, &capturing);
     if (st != NNP_OK) return st;
-    const nnp_model* m = plan->model;
-    const double to_angstrom = plan->units == NNP_UNITS_NM_KJMOL ? 10.0 : 1.0;
-    nnp_cuda_state* s = (nnp_cuda_state*)plan->cuda;
+    nnp_cuda_base* s = (nnp_cuda_base*)plan->cuda;
     if (capturing) {
         /* Only launches from here on: every size must already be known. */
         if (s == NULL || !s->evaluated)
@@ -115,62 +74,27 @@ extern "C" nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) {
                             "evaluation: run one step (or one evaluation) outside capture first, so that the batch count "
                             "and buffer sizes are known");
         if (plan->cuda_dirty)
-            return nnp_fail(NNP_ERR_CAPTURE, "the atoms, batches, ensemble member, units or precision changed since the last "
-                            "evaluation outside capture (now %d atoms in %d batches): run one step outside capture before "
-                            "capturing again", plan->n_atoms, plan->n_batches);
+            return nnp_fail(NNP_ERR_CAPTURE, "the atoms, batches, charges, ensemble member, units or precision changed since "
+                            "the last evaluation outside capture (now %d atoms in %d batches): run one step outside capture "
+                            "before capturing again", plan->n_atoms, plan->n_batches);
         if (io->sorted_particles && io->n_particles != s->n_particles)
             return nnp_fail(NNP_ERR_CAPTURE, "the particle count changed since the last evaluation outside capture");
     } else {
         if (s != NULL) {
-            st = check_flags(s);
+            st = family->cuda_check(plan);
             if (st != NNP_OK) return st;
         }
-        if (s == NULL || plan->cuda_dirty || (io->sorted_particles && io->n_particles != s->n_particles)) {
-            nnp_cuda_release(plan);
-            s = (nnp_cuda_state*)calloc(1, sizeof *s);
-            if (s == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
-            driver.ctxGetCurrent(&s->context);
-            st = plan->cuda_precision == NNP_PRECISION_DOUBLE ? build_state<double>(plan, s, io->n_particles)
-                                                              : build_state<float>(plan, s, io->n_particles);
-            if (st != NNP_OK) {
-                free_state(s);
-                return st;
-            }
-            plan->cuda = s;
-            plan->cuda_dirty = 0;
-        }
+        if (s != NULL && (plan->cuda_dirty || (io->sorted_particles && io->n_particles != s->n_particles)))
+            nnp_cuda_release(plan); /* the family makes new buffers */
+        plan->cuda_dirty = 0;
     }
-    if (io->box != NULL) {
-        st = nnp_check_box(io->box, m->aev.Rcr, to_angstrom);
-        if (st != NNP_OK) return st;
-    }
-    int profile = 0;
-    if (!capturing && plan->cuda_profile) {
-        for (int k = 0; !s->profiling && k <= NNP_CUDA_STAGES; k++) CUDA_TRY(cudaEventCreate(&s->events[k]));
-        s->profiling = profile = 1;
-    }
-    if (s->precision == NNP_PRECISION_DOUBLE) {
-        Box<double> box = {io->box != NULL, {0}};
-        for (int k = 0; io->box && k < 9; k++) box.a[k] = io->box[k] * to_angstrom;
-        st = launch<double>(plan, s, io, stream, box, profile);
-    } else {
-        Box<float> box = {io->box != NULL, {0}};
-        for (int k = 0; io->box && k < 9; k++) box.a[k] = (float)(io->box[k] * to_angstrom);
-        st = launch<float>(plan, s, io, stream, box, profile);
-    }
+    st = family->evaluate_cuda(plan, io, capturing);
     if (st != NNP_OK) return st;
-    if (profile) {
-        CUDA_TRY(cudaEventSynchronize(s->events[NNP_CUDA_STAGES]));
-        for (int k = 0; k < NNP_CUDA_STAGES; k++) {
-            float ms = 0;
-            cudaEventElapsedTime(&ms, s->events[k], s->events[k + 1]);
-            s->stage_us[k] = 1000.0 * ms;
-        }
-    }
+    s = (nnp_cuda_base*)plan->cuda;
     if (!capturing && !s->evaluated) {
         /* The first evaluation with new buffers: wait for it, so that bad input is reported now. */
         CUDA_TRY(cudaStreamSynchronize(stream));
-        st = check_flags(s);
+        st = family->cuda_check(plan);
         if (st != NNP_OK) return st;
         s->evaluated = 1;
     }
@@ -180,7 +104,7 @@ extern "C" nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) {
 extern "C" nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, double* energies) {
     if (plan == NULL || (energies == NULL && plan->n_batches > 0))
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_cuda_batch_energies: NULL argument");
-    nnp_cuda_state* s = (nnp_cuda_state*)plan->cuda;
+    nnp_cuda_base* s = (nnp_cuda_base*)plan->cuda;
     if (s == NULL || !s->evaluated || plan->cuda_dirty)
         return nnp_fail(NNP_ERR_STATE, "no CUDA evaluation of the current atoms yet: evaluate first");
     int capturing = 0;
@@ -193,38 +117,5 @@ extern "C" nnp_status nnp_cuda_batch_energies(nnp_plan* plan, void* stream, doub
         CUDA_TRY(cudaMemcpyAsync(energies, s->batch_energy, sizeof(double) * plan->n_batches, cudaMemcpyDeviceToHost,
                                  (cudaStream_t)stream));
     CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream));
-    return check_flags(s);
-}
-
-extern "C" nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length, int32_t* stored_length, int32_t* classes) {
-    nnp_cuda_state* s = plan ? (nnp_cuda_state*)plan->cuda : NULL;
-    if (s == NULL || plan->cuda_dirty)
-        return nnp_fail(NNP_ERR_STATE, "no CUDA evaluation of the current atoms yet: evaluate first");
-    if (model_length) *model_length = plan->model->aev_length;
-    if (stored_length) *stored_length = s->aev_live;
-    if (classes) *classes = s->n_classes;
-    return NNP_OK;
-}
-
-extern "C" nnp_status nnp_cuda_activations_internal(nnp_plan* plan, int32_t* modes, int32_t* n) {
-    nnp_cuda_state* s = plan ? (nnp_cuda_state*)plan->cuda : NULL;
-    if (modes == NULL || n == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_cuda_activations_internal: NULL argument");
-    if (s == NULL || plan->cuda_dirty) return nnp_fail(NNP_ERR_STATE, "no CUDA evaluation of the current atoms yet: evaluate first");
-    int k = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < s->n_hidden; i++) {
-            const int h = pass ? s->n_hidden - 1 - i : i;
-            const GemmLaunch& g = (pass ? s->bwd : s->fwd)[h];
-            modes[k++] = !g.presplit ? NNP_CUDA_A_FLOAT32 : !g.split_by_producer ? NNP_CUDA_A_PRESPLIT : NNP_CUDA_A_BY_PRODUCER;
-        }
-    *n = k;
-    return NNP_OK;
-}
-
-extern "C" nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds) {
-    nnp_cuda_state* s = plan ? (nnp_cuda_state*)plan->cuda : NULL;
-    if (s == NULL || microseconds == NULL || !s->profiling)
-        return nnp_fail(NNP_ERR_STATE, "no profiled CUDA evaluation: turn profiling on (nnp_plan_set_cuda_profiling) and evaluate outside capture");
-    memcpy(microseconds, s->stage_us, sizeof s->stage_us);
-    return NNP_OK;
+    return plan->model->family->cuda_check(plan);
 }

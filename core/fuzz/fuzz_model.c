@@ -8,7 +8,7 @@
  * A successfully loaded own-format model is also saved and evaluated once, so that whatever the
  * parser accepts is safe to use.
  */
-#include "../src/internal.h"
+#include "../models/ani/ani.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -44,14 +44,14 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
     }
     case 2: {
-        nnp_model* model = nnp_model_alloc(1, NNP_MAX_ELEMENTS);
+        nnp_model* model = nnp_ani_model_alloc(1, NNP_MAX_ELEMENTS);
         if (model == NULL) return 0;
         model->n_elements = 0;
         char* text = malloc(n + 1);
         if (text != NULL) {
             memcpy(text, in, n);
             text[n] = '\0';
-            if (nnp_parse_constants(text, n, model) == NNP_OK) nnp_model_finish(model);
+            if (nnp_parse_constants(text, n, model) == NNP_OK) nnp_ani_finish(model);
             free(text);
         }
         model->n_elements = 0; /* no networks were loaded */

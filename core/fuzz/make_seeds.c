@@ -1,6 +1,6 @@
 /* Writes a seed corpus for fuzz_model into the directory given: a tiny model in the own format,
    and real NeuroChem files from the model zoo directory given second. */
-#include "../src/internal.h"
+#include "../models/ani/ani.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,18 +36,18 @@ int main(int argc, char** argv) {
         return 2;
     }
     /* A two-element, two-member model with tiny networks. */
-    nnp_model* m = nnp_model_alloc(2, 2);
+    nnp_model* m = nnp_ani_model_alloc(2, 2);
     strcpy(m->name, "tiny");
-    m->aev = (nnp_aev_params){.Rcr = 5.0, .Rca = 3.5, .nEtaR = 1, .nShfR = 2, .nEtaA = 1, .nZeta = 1,
+    nnp_ani_of(m)->aev = (nnp_aev_params){.Rcr = 5.0, .Rca = 3.5, .nEtaR = 1, .nShfR = 2, .nEtaA = 1, .nZeta = 1,
                               .nShfA = 1, .nShfZ = 2, .EtaR = {16}, .ShfR = {0.9, 1.5}, .EtaA = {8},
                               .Zeta = {32}, .ShfA = {0.9}, .ShfZ = {0.2, 0.6}};
-    m->atomic_numbers[0] = 1, m->atomic_numbers[1] = 8;
-    m->self_energies[0] = -0.5, m->self_energies[1] = -75.0;
-    if (nnp_model_finish(m) != NNP_OK) return fprintf(stderr, "%s\n", nnp_last_error()), 1;
+    nnp_ani_of(m)->atomic_numbers[0] = 1, nnp_ani_of(m)->atomic_numbers[1] = 8;
+    nnp_ani_of(m)->self_energies[0] = -0.5, nnp_ani_of(m)->self_energies[1] = -75.0;
+    if (nnp_ani_finish(m) != NNP_OK) return fprintf(stderr, "%s\n", nnp_last_error()), 1;
     for (int i = 0; i < 4; i++) {
-        nnp_network* net = &m->networks[i];
+        nnp_network* net = &nnp_ani_of(m)->networks[i];
         net->n_layers = 2;
-        int32_t sizes[3] = {m->aev_length, 3, 1};
+        int32_t sizes[3] = {nnp_ani_of(m)->aev_length, 3, 1};
         for (int l = 0; l < 2; l++) {
             nnp_layer* ly = &net->layers[l];
             ly->n_in = sizes[l], ly->n_out = sizes[l + 1], ly->activation = l == 0 ? NNP_ACT_CELU : NNP_ACT_LINEAR;

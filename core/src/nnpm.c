@@ -11,17 +11,9 @@
  *   u32 family (nnp_family_id: 1 ANI, 2 TensorNet)
  *   u32 name length, name bytes
  *   f64 energy unit in kJ/mol, f64 length unit in Å (the model's own units)
- *   the family's payload: ANI's below, TensorNet's in core/models/tensornet/tensornet.c
+ *   the family's payload: ANI's in core/models/ani/ani.c, TensorNet's in core/models/tensornet/tensornet.c
  * Payload of version 1 (ANI only, Å and Hartree): u32 name length, name bytes, ANI's payload.
  *
- * ANI's payload:
- *   f64 Rcr, f64 Rca (Å)
- *   6 × (u32 n, n × f64): EtaR, ShfR, EtaA, Zeta, ShfA, ShfZ
- *   u32 element count E; E × (u32 atomic number, f64 self energy in Hartree)
- *   u32 member count M
- *   M × E networks (member-major, elements in the order above), each:
- *     u32 layer count L; L × (u32 inputs, u32 outputs, u32 activation,
- *                             inputs × outputs f32 weights (row per output), outputs f32 biases)
  * The payload must be consumed exactly. Readers reject other versions with a clear message.
  */
 #include "internal.h"
@@ -50,36 +42,6 @@ static uint32_t crc32_update(uint32_t crc, const unsigned char* data, size_t n) 
     crc = ~crc;
     for (size_t i = 0; i < n; i++) crc = table[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
     return ~crc;
-}
-
-static void ani_write_payload(writer* w, const nnp_model* model) {
-    const nnp_aev_params* p = &model->aev;
-    put_f64(w, p->Rcr);
-    put_f64(w, p->Rca);
-    put_list(w, p->EtaR, p->nEtaR);
-    put_list(w, p->ShfR, p->nShfR);
-    put_list(w, p->EtaA, p->nEtaA);
-    put_list(w, p->Zeta, p->nZeta);
-    put_list(w, p->ShfA, p->nShfA);
-    put_list(w, p->ShfZ, p->nShfZ);
-    put_u32(w, (uint32_t)model->n_elements);
-    for (int32_t e = 0; e < model->n_elements; e++) {
-        put_u32(w, (uint32_t)model->atomic_numbers[e]);
-        put_f64(w, model->self_energies[e]);
-    }
-    put_u32(w, (uint32_t)model->n_members);
-    for (int32_t i = 0; i < model->n_members * model->n_elements; i++) {
-        const nnp_network* net = &model->networks[i];
-        put_u32(w, (uint32_t)net->n_layers);
-        for (int32_t l = 0; l < net->n_layers; l++) {
-            const nnp_layer* layer = &net->layers[l];
-            put_u32(w, (uint32_t)layer->n_in);
-            put_u32(w, (uint32_t)layer->n_out);
-            put_u32(w, (uint32_t)layer->activation);
-            put_f32s(w, layer->weights, (size_t)layer->n_in * (size_t)layer->n_out);
-            put_f32s(w, layer->biases, (size_t)layer->n_out);
-        }
-    }
 }
 
 nnp_status nnp_model_save_buffer(const nnp_model* model, void** data, size_t* size) {
@@ -147,73 +109,6 @@ static nnp_status read_name(reader* r, char* name, size_t size) {
     name[name_len] = '\0';
     if (strlen(name) != name_len) return nnp_fail(NNP_ERR_FORMAT, "model file: bad name");
     return NNP_OK;
-}
-
-/* ANI's payload, after the name; allocates the networks of model. */
-static nnp_status ani_read_payload(reader* r, nnp_model* model) {
-    nnp_aev_params p;
-    memset(&p, 0, sizeof p);
-    p.Rcr = get_f64(r);
-    p.Rca = get_f64(r);
-    nnp_status st;
-    if ((st = get_list(r, "EtaR", p.EtaR, &p.nEtaR)) != NNP_OK ||
-        (st = get_list(r, "ShfR", p.ShfR, &p.nShfR)) != NNP_OK ||
-        (st = get_list(r, "EtaA", p.EtaA, &p.nEtaA)) != NNP_OK ||
-        (st = get_list(r, "Zeta", p.Zeta, &p.nZeta)) != NNP_OK ||
-        (st = get_list(r, "ShfA", p.ShfA, &p.nShfA)) != NNP_OK ||
-        (st = get_list(r, "ShfZ", p.ShfZ, &p.nShfZ)) != NNP_OK)
-        return st;
-    uint32_t n_elements = get_u32(r);
-    if (n_elements < 1 || n_elements > NNP_MAX_ELEMENTS)
-        return nnp_fail(NNP_ERR_FORMAT, "model file: %u elements", n_elements);
-    int32_t z[NNP_MAX_ELEMENTS];
-    double sae[NNP_MAX_ELEMENTS];
-    for (uint32_t e = 0; e < n_elements; e++) {
-        uint32_t an = get_u32(r);
-        z[e] = an > 1000 ? -1 : (int32_t)an;
-        sae[e] = get_f64(r);
-    }
-    uint32_t n_members = get_u32(r);
-    if (r->short_read) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
-    if (n_members < 1 || n_members > NNP_MAX_MEMBERS)
-        return nnp_fail(NNP_ERR_FORMAT, "model file: %u members", n_members);
-    model->networks = calloc((size_t)n_members * n_elements, sizeof *model->networks);
-    if (model->networks == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
-    model->n_members = (int32_t)n_members;
-    model->n_elements = (int32_t)n_elements;
-    model->aev = p;
-    memcpy(model->atomic_numbers, z, n_elements * sizeof z[0]);
-    memcpy(model->self_energies, sae, n_elements * sizeof sae[0]);
-    st = nnp_model_finish(model);
-    for (uint32_t i = 0; st == NNP_OK && i < n_members * n_elements; i++) {
-        nnp_network* net = &model->networks[i];
-        uint32_t n_layers = get_u32(r);
-        if (n_layers < 1 || n_layers > NNP_MAX_LAYERS) {
-            st = nnp_fail(NNP_ERR_FORMAT, "model file: network %u has %u layers", i, n_layers);
-            break;
-        }
-        for (uint32_t l = 0; st == NNP_OK && l < n_layers; l++) {
-            nnp_layer* layer = &net->layers[l];
-            uint32_t n_in = get_u32(r), n_out = get_u32(r), act = get_u32(r);
-            if (n_in < 1 || n_in > NNP_MAX_WIDTH || n_out < 1 || n_out > NNP_MAX_WIDTH || act > 100) {
-                st = nnp_fail(NNP_ERR_FORMAT, "model file: network %u layer %u has bad sizes", i, l + 1);
-                break;
-            }
-            layer->n_in = (int32_t)n_in;
-            layer->n_out = (int32_t)n_out;
-            layer->activation = (int32_t)act;
-            net->n_layers = (int32_t)l + 1; /* so that the model frees what was read */
-            if ((st = get_floats(r, (size_t)n_in * n_out, &layer->weights)) == NNP_OK)
-                st = get_floats(r, n_out, &layer->biases);
-        }
-        if (st == NNP_OK) {
-            char what[64];
-            snprintf(what, sizeof what, "model file: network %u", i);
-            st = nnp_network_check(model, net, what);
-        }
-    }
-    if (st == NNP_OK && r->short_read) st = nnp_fail(NNP_ERR_FORMAT, "model file is truncated");
-    return st;
 }
 
 static nnp_status read_payload(reader* r, uint32_t version, nnp_model** out) {
@@ -365,29 +260,6 @@ nnp_status nnp_model_load(const char* path, nnp_model** model) {
 }
 
 /* ------------------------------------------------------------------ families */
-
-static double ani_cutoff(const nnp_model* model) { return model->aev.Rcr; }
-
-static nnp_status ani_check_charge(const nnp_model* model, int32_t batch, int32_t charge) {
-    if (charge == 0) return NNP_OK;
-    return nnp_fail(NNP_ERR_UNSUPPORTED, "batch %d: total charge %d, but ANI model '%s' describes neutral molecules "
-                    "only (a TensorNet model such as AceFF takes charges)", batch, charge, model->name);
-}
-
-nnp_status nnp_ani_evaluate_cpu(nnp_plan* plan, const double* pos, const double* box, double* atom_energy,
-                                double* batch_energy, double* grad);
-
-const nnp_family nnp_family_ani = {
-    .id = NNP_FAMILY_ANI,
-    .name = "ani",
-    .read_payload = ani_read_payload,
-    .write_payload = ani_write_payload,
-    .free_data = NULL,
-    .cutoff = ani_cutoff,
-    .element_index = nnp_model_element_index,
-    .check_charge = ani_check_charge,
-    .evaluate_cpu = nnp_ani_evaluate_cpu,
-};
 
 const nnp_family* nnp_family_by_id(uint32_t id) {
     if (id == NNP_FAMILY_ANI) return &nnp_family_ani;

@@ -57,11 +57,6 @@ static inline void put_f32s(writer* w, const float* v, size_t n) {
     }
 }
 
-static inline void put_list(writer* w, const double* v, int32_t n) {
-    put_u32(w, (uint32_t)n);
-    for (int32_t i = 0; i < n; i++) put_f64(w, v[i]);
-}
-
 /* ------------------------------------------------------------------ reader */
 
 typedef struct reader {
@@ -97,15 +92,6 @@ static inline double get_f64(reader* r) {
     double v;
     memcpy(&v, &bits, 8);
     return v;
-}
-
-static inline nnp_status get_list(reader* r, const char* name, double* v, int32_t* n) {
-    uint32_t count = get_u32(r);
-    if (count < 1 || count > NNP_MAX_TERMS)
-        return nnp_fail(NNP_ERR_FORMAT, "model file: %s has %u entries", name, count);
-    *n = (int32_t)count;
-    for (uint32_t i = 0; i < count; i++) v[i] = get_f64(r);
-    return NNP_OK;
 }
 
 static inline nnp_status get_floats(reader* r, size_t n, float** out) {

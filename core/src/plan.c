@@ -24,16 +24,12 @@ static void free_atoms(nnp_plan* plan) {
     free(plan->order);
     free(plan->batch_start);
     free(plan->pos);
-    free(plan->by_element);
-    free(plan->chunks);
     free(plan->particles);
     free(plan->batch_charges);
     plan->batch_charges = NULL;
     plan->particles = NULL;
     plan->atomic_numbers = plan->elements = plan->batches = plan->order = plan->batch_start = NULL;
     plan->pos = NULL;
-    plan->by_element = NULL;
-    plan->chunks = NULL;
 }
 
 void nnp_plan_free(nnp_plan* plan) {
@@ -73,11 +69,9 @@ nnp_status nnp_plan_set_atoms(nnp_plan* plan, int32_t n_atoms, const int32_t* at
     int32_t* order = malloc((n + 1) * sizeof *order);
     int32_t* start = calloc((size_t)n_batches + 2, sizeof *start);
     double* pos = malloc((3 * n + 1) * sizeof *pos);
-    int32_t* by_element = malloc((n + 1) * sizeof *by_element);
-    nnp_chunk* chunks = malloc((n + NNP_MAX_ELEMENTS + 1) * sizeof *chunks);
     int32_t* charges = calloc((size_t)n_batches + 1, sizeof *charges);
-    if (!z || !el || !b || !order || !start || !pos || !by_element || !chunks || !charges) {
-        free(z), free(el), free(b), free(order), free(start), free(pos), free(by_element), free(chunks), free(charges);
+    if (!z || !el || !b || !order || !start || !pos || !charges) {
+        free(z), free(el), free(b), free(order), free(start), free(pos), free(charges);
         return nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms in %d batches", n_atoms, n_batches);
     }
     for (int32_t i = 0; i < n_atoms; i++) {
@@ -90,7 +84,7 @@ nnp_status nnp_plan_set_atoms(nnp_plan* plan, int32_t n_atoms, const int32_t* at
     /* Counting sort by batch, stable: within a batch, atoms keep their index order. */
     int32_t* fill = malloc(((size_t)n_batches + 1) * sizeof *fill);
     if (fill == NULL) {
-        free(z), free(el), free(b), free(order), free(start), free(pos), free(by_element), free(chunks), free(charges);
+        free(z), free(el), free(b), free(order), free(start), free(pos), free(charges);
         return nnp_fail(NNP_ERR_MEMORY, "out of memory");
     }
     memcpy(fill, start, ((size_t)n_batches + 1) * sizeof *fill);
@@ -107,8 +101,6 @@ nnp_status nnp_plan_set_atoms(nnp_plan* plan, int32_t n_atoms, const int32_t* at
     plan->order = order;
     plan->batch_start = start;
     plan->pos = pos;
-    plan->by_element = by_element;
-    plan->chunks = chunks;
     plan->n_atoms = n_atoms;
     plan->n_batches = n_batches;
     plan->cuda_dirty = 1;

@@ -1,10 +1,10 @@
 /*
  * The CUDA evaluation against the CPU evaluation, and captured into a CUDA graph and replayed;
- * the variants of the tuning table (core/src/cuda_tuning.h) against the CPU, and bit for bit
+ * the variants of the tuning table (core/models/ani/cuda/tuning.h) against the CPU, and bit for bit
  * against the defaults where they add the same terms in the same order.
  * Skips (exit code 77, with the reason) where no CUDA device is present.
  */
-#include "../src/cuda_tuning.h"
+#include "../models/ani/cuda/tuning.h"
 #include "test.h"
 
 #include <cuda_runtime_api.h>

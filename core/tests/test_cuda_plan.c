@@ -1,9 +1,9 @@
 /*
- * The CUDA evaluation's host-side planning (core/src/cuda_plan.c) without a GPU: the stored AEV
+ * The CUDA evaluation's host-side planning (core/models/ani/cuda/plan.c) without a GPU: the stored AEV
  * layout and its classes against a brute-force search, the row order, the neighbour capacity, the
  * split-K and kernel of GEMM launches, and the AEV kernels' shapes for the facts of an H200.
  */
-#include "../src/cuda_plan.h"
+#include "../models/ani/cuda/plan.h"
 #include "test.h"
 
 /* Element symbols → ANI-2x atomic numbers. */
@@ -42,14 +42,14 @@ static int feature_live(const nnp_plan* plan, int f) {
         int cnt[NNP_MAX_ELEMENTS] = {0};
         for (int i = 0; i < plan->n_atoms; i++)
             if (plan->batches[i] == q) cnt[plan->elements[i]]++;
-        if (f < m->radial_length) {
-            if (cnt[f / m->radial_sub] > 0) return 1;
+        if (f < nnp_ani_of(m)->radial_length) {
+            if (cnt[f / nnp_ani_of(m)->radial_sub] > 0) return 1;
             continue;
         }
-        const int pair = (f - m->radial_length) / m->angular_sub;
+        const int pair = (f - nnp_ani_of(m)->radial_length) / nnp_ani_of(m)->angular_sub;
         for (int a = 0; a < m->n_elements; a++)
             for (int c = a; c < m->n_elements; c++)
-                if (m->pair_index[a][c] == pair && cnt[a] > 0 && cnt[c] > (a == c)) return 1;
+                if (nnp_ani_of(m)->pair_index[a][c] == pair && cnt[a] > 0 && cnt[c] > (a == c)) return 1;
     }
     return 0;
 }
@@ -63,8 +63,8 @@ static int needed_prefix(const nnp_plan* plan, const nnp_aev_layout* L, int q) {
     for (int a = 0; a < m->n_elements; a++)
         for (int c = a; c < m->n_elements; c++)
             if (cnt[a] > 0 && cnt[c] > (a == c)) {
-                const int at = L->angular_at[m->pair_index[a][c]];
-                if (at + m->angular_sub > end) end = at + m->angular_sub;
+                const int at = L->angular_at[nnp_ani_of(m)->pair_index[a][c]];
+                if (at + nnp_ani_of(m)->angular_sub > end) end = at + nnp_ani_of(m)->angular_sub;
             }
     return end;
 }
@@ -123,25 +123,25 @@ static void check_layout(const nnp_plan* plan, const nnp_cuda_tuning* t, const c
     CHECK(nnp_cuda_plan_aev_layout(plan, t, &L) == 0);
     /* The stored columns are exactly the live features, radial ones first in model order. */
     int live = 0;
-    for (int f = 0; f < m->aev_length; f++) live += feature_live(plan, f);
-    CHECK(L.length == (live > 0 ? live : m->radial_sub));
+    for (int f = 0; f < nnp_ani_of(m)->aev_length; f++) live += feature_live(plan, f);
+    CHECK(L.length == (live > 0 ? live : nnp_ani_of(m)->radial_sub));
     int seen_angular = 0;
     for (int k = 0; k < L.length; k++) {
         const int f = L.live_feature[k];
         if (live > 0) CHECK(feature_live(plan, f));
-        if (f >= m->radial_length) seen_angular = 1;
+        if (f >= nnp_ani_of(m)->radial_length) seen_angular = 1;
         else CHECK(!seen_angular && (k == 0 || L.live_feature[k - 1] < f));
         for (int j = 0; j < k; j++) CHECK(L.live_feature[j] != f);
     }
     CHECK(L.angular0 <= L.length);
     for (int a = 0; a < m->n_elements; a++)
         if (L.radial_at[a] >= 0)
-            for (int t2 = 0; t2 < m->radial_sub; t2++) CHECK(L.live_feature[L.radial_at[a] + t2] == a * m->radial_sub + t2);
+            for (int t2 = 0; t2 < nnp_ani_of(m)->radial_sub; t2++) CHECK(L.live_feature[L.radial_at[a] + t2] == a * nnp_ani_of(m)->radial_sub + t2);
     /* Angular blocks in descending order of the atoms whose batch can fill them. */
-    const int n_pairs = (m->aev_length - m->radial_length) / m->angular_sub;
+    const int n_pairs = (nnp_ani_of(m)->aev_length - nnp_ani_of(m)->radial_length) / nnp_ani_of(m)->angular_sub;
     double previous = 1e300;
-    for (int k = L.angular0; k < L.length; k += m->angular_sub) {
-        const int pair = (L.live_feature[k] - m->radial_length) / m->angular_sub;
+    for (int k = L.angular0; k < L.length; k += nnp_ani_of(m)->angular_sub) {
+        const int pair = (L.live_feature[k] - nnp_ani_of(m)->radial_length) / nnp_ani_of(m)->angular_sub;
         CHECK(L.angular_at[pair] == k);
         double weight = 0;
         for (int q = 0; q < plan->n_batches; q++) {
@@ -150,14 +150,14 @@ static void check_layout(const nnp_plan* plan, const nnp_cuda_tuning* t, const c
                 if (plan->batches[i] == q) cnt[plan->elements[i]]++;
             for (int a = 0; a < m->n_elements; a++)
                 for (int c = a; c < m->n_elements; c++)
-                    if (m->pair_index[a][c] == pair && cnt[a] > 0 && cnt[c] > (a == c)) fills = 1;
+                    if (nnp_ani_of(m)->pair_index[a][c] == pair && cnt[a] > 0 && cnt[c] > (a == c)) fills = 1;
             if (fills) weight += plan->batch_start[q + 1] - plan->batch_start[q];
         }
         CHECK(weight <= previous);
         previous = weight;
     }
     for (int p = 0; p < n_pairs; p++)
-        if (L.angular_at[p] < 0) CHECK(!feature_live(plan, m->radial_length + p * m->angular_sub));
+        if (L.angular_at[p] < 0) CHECK(!feature_live(plan, nnp_ani_of(m)->radial_length + p * nnp_ani_of(m)->angular_sub));
     /* Classes: ascending prefixes, the last the whole row, every batch in one that covers it, and
        the least cost of all groupings. */
     CHECK(L.n_classes >= 1 && L.n_classes <= t->max_classes && L.n_classes <= NNP_CUDA_MAX_CLASSES);
@@ -169,7 +169,7 @@ static void check_layout(const nnp_plan* plan, const nnp_cuda_tuning* t, const c
     }
     const double cost = class_cost(plan, &L, L.batch_class, L.n_classes, L.class_len, t->class_rows);
     const double best = best_cost(plan, &L, t->max_classes, t->class_rows);
-    printf("%s: %d of %d features stored, %d class(es), cost %.0f (best of all groupings %.0f)\n", what, L.length, m->aev_length,
+    printf("%s: %d of %d features stored, %d class(es), cost %.0f (best of all groupings %.0f)\n", what, L.length, nnp_ani_of(m)->aev_length,
            L.n_classes, cost, best);
     CHECK(cost <= best * (1 + 1e-12));
     /* Rows: every atom once, by element, then class, then index. */

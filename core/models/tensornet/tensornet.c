@@ -1153,6 +1153,9 @@ static nnp_status tn_evaluate_cpu(nnp_plan* plan, const double* pos, const doubl
     return st;
 }
 
+/* Element indices are atomic numbers 1 .. n_elements: index k lists element k + 1. */
+static int32_t tn_element(const nnp_model* model, int32_t index) { (void)model; return index + 1; }
+
 const nnp_family nnp_family_tensornet = {
     .id = NNP_FAMILY_TENSORNET,
     .name = "tensornet",
@@ -1163,4 +1166,6 @@ const nnp_family nnp_family_tensornet = {
     .element_index = tn_element_index,
     .check_charge = tn_check_charge,
     .evaluate_cpu = tn_evaluate_cpu,
+    .element = tn_element,
+    /* no CUDA evaluation yet: nnp_evaluate_cuda says so */
 };

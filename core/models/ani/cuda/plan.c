@@ -1,5 +1,5 @@
-/* Host-side planning of the CUDA evaluation (see cuda_plan.h): pure C, no CUDA, tested without a GPU. */
-#include "cuda_plan.h"
+/* Host-side planning of the CUDA evaluation (see plan.h): pure C, no CUDA, tested without a GPU. */
+#include "plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,13 +29,14 @@ void nnp_cuda_tuning_defaults(nnp_cuda_tuning* t) {
 /* Batch b's element counts and the angular blocks it can fill (pairs[p] = 1). */
 static void batch_blocks(const nnp_plan* plan, int b, int* cnt, int* pairs) {
     const nnp_model* m = plan->model;
+    const nnp_ani* ani = nnp_ani_of(m);
     const int E = m->n_elements;
     memset(cnt, 0, sizeof(int) * NNP_MAX_ELEMENTS);
     memset(pairs, 0, sizeof(int) * NNP_CUDA_MAX_PAIRS);
     for (int q = plan->batch_start[b]; q < plan->batch_start[b + 1]; q++) cnt[plan->elements[plan->order[q]]]++;
     for (int a = 0; a < E; a++)
         for (int c = 0; c < E; c++)
-            if (cnt[a] > 0 && cnt[c] > (a == c)) pairs[m->pair_index[a][c]] = 1;
+            if (cnt[a] > 0 && cnt[c] > (a == c)) pairs[ani->pair_index[a][c]] = 1;
 }
 
 void nnp_aev_layout_free(nnp_aev_layout* layout) {
@@ -45,10 +46,11 @@ void nnp_aev_layout_free(nnp_aev_layout* layout) {
 
 int nnp_cuda_plan_aev_layout(const nnp_plan* plan, const nnp_cuda_tuning* tuning, nnp_aev_layout* L) {
     const nnp_model* m = plan->model;
+    const nnp_ani* ani = nnp_ani_of(m);
     const int E = m->n_elements, NB = plan->n_batches;
-    const int n_pairs = (m->aev_length - m->radial_length) / m->angular_sub;
+    const int n_pairs = (ani->aev_length - ani->radial_length) / ani->angular_sub;
     memset(L, 0, sizeof *L);
-    L->live_feature = malloc(sizeof(int) * ((size_t)m->aev_length + 1));
+    L->live_feature = malloc(sizeof(int) * ((size_t)ani->aev_length + 1));
     L->batch_class = malloc(sizeof(int) * ((size_t)NB + 1));
     int* prefix = malloc(sizeof(int) * ((size_t)NB + 1));
     if (L->live_feature == NULL || L->batch_class == NULL || prefix == NULL) {
@@ -71,11 +73,11 @@ int nnp_cuda_plan_aev_layout(const nnp_plan* plan, const nnp_cuda_tuning* tuning
     for (int a = 0; a < NNP_MAX_ELEMENTS; a++) L->radial_at[a] = -1;
     for (int a = 0; a < E; a++) {
         L->radial_at[a] = radial_live[a] ? length : -1;
-        for (int t = 0; radial_live[a] && t < m->radial_sub; t++) L->live_feature[length++] = a * m->radial_sub + t;
+        for (int t = 0; radial_live[a] && t < ani->radial_sub; t++) L->live_feature[length++] = a * ani->radial_sub + t;
     }
     if (length == 0) { /* no atoms: one block stored, so that no product is empty */
         L->radial_at[0] = 0;
-        for (int t = 0; t < m->radial_sub; t++) L->live_feature[length++] = t;
+        for (int t = 0; t < ani->radial_sub; t++) L->live_feature[length++] = t;
     }
     L->angular0 = length;
     /* angular blocks by weight (descending), ties in model order; dead ones (weight 0) not stored */
@@ -90,7 +92,7 @@ int nnp_cuda_plan_aev_layout(const nnp_plan* plan, const nnp_cuda_tuning* tuning
         }
     for (int i = 0; i < n_live; i++) {
         L->angular_at[order[i]] = length;
-        for (int t = 0; t < m->angular_sub; t++) L->live_feature[length++] = m->radial_length + order[i] * m->angular_sub + t;
+        for (int t = 0; t < ani->angular_sub; t++) L->live_feature[length++] = ani->radial_length + order[i] * ani->angular_sub + t;
     }
     L->length = length;
     /* each batch's prefix, then the classes (dynamic programming over the distinct prefixes) */
@@ -100,7 +102,7 @@ int nnp_cuda_plan_aev_layout(const nnp_plan* plan, const nnp_cuda_tuning* tuning
         batch_blocks(plan, b, cnt, pairs);
         int end = L->angular0;
         for (int p = 0; p < n_pairs; p++)
-            if (pairs[p] && L->angular_at[p] + m->angular_sub > end) end = L->angular_at[p] + m->angular_sub;
+            if (pairs[p] && L->angular_at[p] + ani->angular_sub > end) end = L->angular_at[p] + ani->angular_sub;
         prefix[b] = end;
         int k = 0;
         while (k < n_distinct && distinct[k] != end) k++;

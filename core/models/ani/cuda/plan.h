@@ -3,13 +3,13 @@
  * that it can be tested without a GPU (core/tests/test_cuda_plan.c). Given the plan's atoms, the
  * model, the facts of the device and the tuning table, it decides the stored AEV layout and the
  * classes of first-layer prefixes, the order of the network rows, the split-K of every GEMM launch
- * and its kernel, and the shapes of the AEV kernels. core/cuda/build.cuh turns these decisions into
- * device buffers and job tables; core/cuda/launch.cuh only reads them.
+ * and its kernel, and the shapes of the AEV kernels. build.cuh turns these decisions into
+ * device buffers and job tables; launch.cuh only reads them.
  */
 #ifndef NNP_CUDA_PLAN_H
 #define NNP_CUDA_PLAN_H
 
-#include "internal.h"
+#include "../ani.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -75,7 +75,7 @@ void nnp_cuda_plan_rows(const struct nnp_plan* plan, const nnp_aev_layout* layou
 /* Neighbour slots per atom: the largest batch less one (at least 1), capped at NNP_CUDA_MAX_NEIGHBORS. */
 int nnp_cuda_plan_capacity(const struct nnp_plan* plan);
 
-/* The GEMM kernels, by regime (core/cuda/gemm*.cuh). */
+/* The GEMM kernels, by regime (gemm*.cuh). */
 typedef enum nnp_gemm_kernel {
     NNP_GEMM_MMA = 0,      /* k_gemm_mma: float32, <= 16 rows per job, tensor cores, split-K fix-up in the kernel */
     NNP_GEMM_FEW_ROWS = 1, /* k_gemm_skinny: float32, <= 32 rows per job, split-K fix-up in the kernel */
@@ -131,7 +131,7 @@ typedef struct nnp_aev_kernel_input {
 void nnp_cuda_plan_aev_kernels(const nnp_cuda_tuning* tuning, const nnp_cuda_device* device, const nnp_aev_kernel_input* in,
                                nnp_aev_kernels* out);
 /* The AEV kernels' dynamic shared memory per neighbour slot: the vector and cutoff values (8 reals),
-   the element and the angular list (2 ints); see AevAtom in core/cuda/aev.cuh. */
+   the element and the angular list (2 ints); see AevAtom in aev.cuh. */
 size_t nnp_cuda_aev_smem_base(int capacity, size_t real_size);
 /* k_aev's block size with one block per atom (at least as many atoms as SMs): warps per atom halved
    from 8 down to 2 while the atoms would fill more than 16 warps per SM. Fewer warps per atom means

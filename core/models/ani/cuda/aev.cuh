@@ -3,6 +3,10 @@
  * particle sits in OpenMM's reordered buffers) and k_aev (one block per atom, or several for few
  * atoms), which also leaves the neighbour tables that the backward pass (aev_backward.cuh) reads.
  */
+#pragma once
+
+#include "ani.cuh"
+
 /* Device copy of the AEV parameters (by value as kernel arguments). */
 template <typename real> struct AevParams {
     real Rcr, Rca;

@@ -9,7 +9,7 @@
  * Every size is checked against the description; nothing is trusted.
  */
 #define _XOPEN_SOURCE 700 /* realpath */
-#include "internal.h"
+#include "ani.h"
 
 #include <bzlib.h>
 #include <ctype.h>
@@ -130,7 +130,7 @@ static nnp_status parse_elements(const char* value, nnp_model* model) {
         if (z < 0) return nnp_fail(NNP_ERR_FORMAT, "constants: Atyp has unknown element '%s'", sym);
         if (n >= NNP_MAX_ELEMENTS)
             return nnp_fail(NNP_ERR_FORMAT, "constants: Atyp has more than %d elements", NNP_MAX_ELEMENTS);
-        model->atomic_numbers[n++] = z;
+        nnp_ani_of(model)->atomic_numbers[n++] = z;
         s = comma ? comma + 1 : end;
     }
     model->n_elements = n;
@@ -139,7 +139,7 @@ static nnp_status parse_elements(const char* value, nnp_model* model) {
 
 nnp_status nnp_parse_constants(const char* text, size_t size, nnp_model* model) {
     if (has_nul(text, size)) return nnp_fail(NNP_ERR_FORMAT, "constants: file contains a NUL byte");
-    nnp_aev_params* p = &model->aev;
+    nnp_aev_params* p = &nnp_ani_of(model)->aev;
     enum { K_RCR, K_RCA, K_ETAR, K_SHFR, K_ETAA, K_ZETA, K_SHFA, K_SHFZ, K_ATYP, K_COUNT };
     static const char* const names[K_COUNT] = {"Rcr", "Rca", "EtaR", "ShfR", "EtaA",
                                                "Zeta", "ShfA", "ShfZ", "Atyp"};
@@ -214,17 +214,17 @@ static nnp_status parse_sae(const char* text, size_t size, nnp_model* model) {
         int32_t z = nnp_element_from_symbol(line);
         if (z < 0 || !parse_int32(comma + 1, &index) || !parse_double(eq + 1, &energy))
             return nnp_fail(NNP_ERR_FORMAT, "self energies: bad line for '%s'", line);
-        if (index < 0 || index >= model->n_elements || model->atomic_numbers[index] != z)
+        if (index < 0 || index >= model->n_elements || nnp_ani_of(model)->atomic_numbers[index] != z)
             return nnp_fail(NNP_ERR_FORMAT, "self energies: %s,%d does not match the element list",
                             line, index);
         if (seen[index]) return nnp_fail(NNP_ERR_FORMAT, "self energies: %s given twice", line);
         seen[index] = 1;
-        model->self_energies[index] = energy;
+        nnp_ani_of(model)->self_energies[index] = energy;
     }
     for (int32_t i = 0; i < model->n_elements; i++)
         if (!seen[i])
             return nnp_fail(NNP_ERR_FORMAT, "self energies: %s is missing",
-                            nnp_element_symbol(model->atomic_numbers[i]));
+                            nnp_element_symbol(nnp_ani_of(model)->atomic_numbers[i]));
     return NNP_OK;
 }
 
@@ -443,7 +443,7 @@ static nnp_status read_floats(const char* path, int64_t count, float** out) {
 
 static nnp_status load_network(const nnp_model* model, const char* root, const char* dir, int32_t element,
                                nnp_network* net) {
-    const char* sym = nnp_element_symbol(model->atomic_numbers[element]);
+    const char* sym = nnp_element_symbol(nnp_ani_of(model)->atomic_numbers[element]);
     char path[4096];
     char name[32];
     snprintf(name, sizeof name, "ANN-%s.nnf", sym);
@@ -459,9 +459,9 @@ static nnp_status load_network(const nnp_model* model, const char* root, const c
     if (st != NNP_OK) return nnp_fail(st, "%s: %s", path, nnp_last_error());
     if (strcmp(nnf.element, sym) != 0)
         return nnp_fail(NNP_ERR_FORMAT, "%s describes element '%s', expected '%s'", path, nnf.element, sym);
-    if (nnf.inputsize != model->aev_length)
+    if (nnf.inputsize != nnp_ani_of(model)->aev_length)
         return nnp_fail(NNP_ERR_FORMAT, "%s takes %d inputs, the constants give an AEV of %d", path,
-                        nnf.inputsize, model->aev_length);
+                        nnf.inputsize, nnp_ani_of(model)->aev_length);
     net->n_layers = nnf.n_layers;
     for (int32_t l = 0; l < nnf.n_layers; l++) {
         nnp_layer* layer = &net->layers[l];
@@ -476,7 +476,7 @@ static nnp_status load_network(const nnp_model* model, const char* root, const c
     }
     char what[4200];
     snprintf(what, sizeof what, "%sANN-%s.nnf", dir, sym);
-    return nnp_network_check(model, net, what);
+    return nnp_ani_network_check(model, net, what);
 }
 
 static nnp_status read_text(const char* path, char** text, size_t* size) {
@@ -527,7 +527,7 @@ nnp_status nnp_model_load_neurochem_text(const char* info_path, const char* info
         return nnp_fail(NNP_ERR_FORMAT, "%s: member count %d is not in 1..%d", info_path, n_members,
                         NNP_MAX_MEMBERS);
 
-    nnp_model* model = nnp_model_alloc(n_members, NNP_MAX_ELEMENTS);
+    nnp_model* model = nnp_ani_model_alloc(n_members, NNP_MAX_ELEMENTS);
     if (model == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
     model->n_elements = 0;
     /* Name: the .info file's base name without extension. */
@@ -545,7 +545,7 @@ nnp_status nnp_model_load_neurochem_text(const char* info_path, const char* info
         free(text);
         if (st != NNP_OK) st = nnp_fail(st, "%s: %s", path, nnp_last_error());
     }
-    if (st == NNP_OK && (st = nnp_model_finish(model)) != NNP_OK)
+    if (st == NNP_OK && (st = nnp_ani_finish(model)) != NNP_OK)
         st = nnp_fail(st, "%s: %s", path, nnp_last_error());
     if (st == NNP_OK && (st = join_path(path, sizeof path, dir, dir, lines[1])) == NNP_OK &&
         (st = read_text(path, &text, &size)) == NNP_OK) {
@@ -564,7 +564,7 @@ nnp_status nnp_model_load_neurochem_text(const char* info_path, const char* info
             break;
         }
         for (int32_t e = 0; st == NNP_OK && e < model->n_elements; e++)
-            st = load_network(model, dir, netdir, e, &model->networks[m * model->n_elements + e]);
+            st = load_network(model, dir, netdir, e, &nnp_ani_of(model)->networks[m * model->n_elements + e]);
     }
     if (st != NNP_OK) {
         /* nnp_model_free walks n_members × n_elements networks; the unused tail is zeroed. */

@@ -1,9 +1,21 @@
 /*
  * Making the launch plan (outside capture): build_state runs the steps below in order, each named
  * for what it produces, and leaves in nnp_cuda_state everything launch() reads. The decisions
- * (layout, rows, split-K, kernels, AEV shapes) come from cuda_plan.c, which is tested without a
+ * (layout, rows, split-K, kernels, AEV shapes) come from plan.c, which is tested without a
  * GPU; the steps here turn them into job tables and device buffers.
  */
+#pragma once
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "state.cuh"
+#include "aev.cuh"
+#include "gemm.cuh"
+#include "gemm_big.cuh"
+#include "gemm_few_rows.cuh"
+#include "finish.cuh"
+#include "aev_backward.cuh"
 
 /*
  * Loads every kernel now (module loading is not allowed while capturing) and sets each one's
@@ -90,9 +102,10 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
 
 template <typename real>
 static AevParams<real> aev_params(const nnp_model* m, const nnp_aev_layout& L) {
+    const nnp_ani* ani = nnp_ani_of(m);
     AevParams<real> P;
     memset(&P, 0, sizeof P);
-    const nnp_aev_params* p = &m->aev;
+    const nnp_aev_params* p = &ani->aev;
     P.Rcr = (real)p->Rcr, P.Rca = (real)p->Rca;
     P.nEtaR = p->nEtaR, P.nShfR = p->nShfR, P.nEtaA = p->nEtaA, P.nZeta = p->nZeta, P.nShfA = p->nShfA, P.nShfZ = p->nShfZ;
     for (int k = 0; k < p->nEtaR; k++) P.EtaR[k] = (real)p->EtaR[k];
@@ -101,13 +114,13 @@ static AevParams<real> aev_params(const nnp_model* m, const nnp_aev_layout& L) {
     for (int k = 0; k < p->nZeta; k++) P.Zeta[k] = (real)p->Zeta[k];
     for (int k = 0; k < p->nShfA; k++) P.ShfA[k] = (real)p->ShfA[k];
     for (int k = 0; k < p->nShfZ; k++) P.cosShfZ[k] = (real)cos(p->ShfZ[k]), P.sinShfZ[k] = (real)sin(p->ShfZ[k]);
-    P.radial_sub = m->radial_sub, P.angular_sub = m->angular_sub;
-    P.radial_length = m->radial_length, P.aev_length = m->aev_length;
+    P.radial_sub = ani->radial_sub, P.angular_sub = ani->angular_sub;
+    P.radial_length = ani->radial_length, P.aev_length = ani->aev_length;
     for (int a = 0; a < m->n_elements; a++)
-        for (int b = 0; b < m->n_elements; b++) P.pair_index[a * NNP_MAX_ELEMENTS + b] = m->pair_index[a][b];
+        for (int b = 0; b < m->n_elements; b++) P.pair_index[a * NNP_MAX_ELEMENTS + b] = ani->pair_index[a][b];
     P.angular0 = L.angular0;
     for (int a = 0; a < NNP_MAX_ELEMENTS; a++) P.radial_at[a] = a < m->n_elements ? L.radial_at[a] : -1;
-    for (int p = 0; p < NNP_MAX_PAIRS; p++) P.angular_at[p] = p < (m->aev_length - m->radial_length) / m->angular_sub ? L.angular_at[p] : -1;
+    for (int p = 0; p < NNP_MAX_PAIRS; p++) P.angular_at[p] = p < (ani->aev_length - ani->radial_length) / ani->angular_sub ? L.angular_at[p] : -1;
     return P;
 }
 
@@ -115,6 +128,7 @@ static AevParams<real> aev_params(const nnp_model* m, const nnp_aev_layout& L) {
 template <typename real> struct Build {
     nnp_plan* plan;
     const nnp_model* m;
+    const nnp_ani* ani; /* m's parameters */
     nnp_cuda_state* s;
     int E, M, m0; /* elements, members evaluated, first member */
     nnp_aev_layout layout;
@@ -151,24 +165,25 @@ static nnp_status device_alloc(void** ptr, size_t bytes, const char* what) {
    for all members of an element. */
 template <typename real> static nnp_status check_networks(Build<real>& b) {
     const nnp_model* m = b.m;
+    const nnp_ani* ani = nnp_ani_of(m);
     nnp_cuda_state* s = b.s;
-    if (m->aev.nEtaR > 8 || m->aev.nEtaA > 8 || m->aev.nZeta > 8)
+    if (ani->aev.nEtaR > 8 || ani->aev.nEtaA > 8 || ani->aev.nZeta > 8)
         return nnp_fail(NNP_ERR_UNSUPPORTED, "CUDA evaluation supports at most 8 EtaR, EtaA and Zeta values");
-    s->n_hidden = m->networks[0].n_layers - 1;
+    s->n_hidden = ani->networks[0].n_layers - 1;
     for (int i = 0; i < m->n_members * b.E; i++)
-        if (m->networks[i].n_layers != s->n_hidden + 1 || s->n_hidden < 1)
+        if (ani->networks[i].n_layers != s->n_hidden + 1 || s->n_hidden < 1)
             return nnp_fail(NNP_ERR_UNSUPPORTED, "CUDA evaluation needs the same number (>= 2) of layers in every network");
     for (int e = 0; e < b.E; e++)
         for (int h = 0; h <= s->n_hidden; h++) {
-            s->width[e][h] = m->networks[e].layers[h].n_out;
+            s->width[e][h] = ani->networks[e].layers[h].n_out;
             for (int mm = 0; mm < m->n_members; mm++)
-                if (m->networks[mm * b.E + e].layers[h].n_out != s->width[e][h])
+                if (ani->networks[mm * b.E + e].layers[h].n_out != s->width[e][h])
                     return nnp_fail(NNP_ERR_UNSUPPORTED, "CUDA evaluation needs equal layer widths in every member");
         }
     return NNP_OK;
 }
 
-/* The stored AEV layout, the classes of prefixes, the rows and the neighbour capacity (cuda_plan.c). */
+/* The stored AEV layout, the classes of prefixes, the rows and the neighbour capacity (plan.c). */
 template <typename real> static nnp_status plan_rows(Build<real>& b) {
     nnp_cuda_state* s = b.s;
     if (nnp_cuda_plan_aev_layout(b.plan, &s->tuning, &b.layout) != 0) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
@@ -203,8 +218,8 @@ template <typename real> static nnp_status pack_weights(Build<real>& b) {
     if (w == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
     for (int e = 0; e < b.E; e++)
         for (int mm = 0; mm < M; mm++) {
-            const nnp_network* net = &b.m->networks[(b.m0 + mm) * b.E + e];
-            size_t W0 = s->width[e][0], A = s->aev_live, A_model = b.m->aev_length;
+            const nnp_network* net = &b.ani->networks[(b.m0 + mm) * b.E + e];
+            size_t W0 = s->width[e][0], A = s->aev_live, A_model = b.ani->aev_length;
             for (size_t o = 0; o < W0; o++)
                 for (size_t k = 0; k < A; k++)
                     w[b.w_offset[e][0] + mm * W0 * A + o * A + k] = (real)net->layers[0].weights[o * A_model + b.layout.live_feature[k]];
@@ -239,7 +254,7 @@ template <typename real> static nnp_status allocate_buffers(Build<real>& b) {
     ALLOC(s->batch_start, sizeof(int) * (s->n_batches + 1));
     ALLOC(s->batch_atoms, sizeof(int) * n);
     ALLOC(s->row_atom, sizeof(int) * n);
-    ALLOC(s->index_of, sizeof(int) * (s->n_particles > 0 ? s->n_particles : 1));
+    ALLOC(s->index_of, sizeof(int) * (s->base.n_particles > 0 ? s->base.n_particles : 1));
     ALLOC(s->force_index, sizeof(int) * n);
     ALLOC(s->count, sizeof(int2) * n);
     ALLOC(s->nbr_info, sizeof(int2) * n * cap);
@@ -257,7 +272,7 @@ template <typename real> static nnp_status allocate_buffers(Build<real>& b) {
     }
     ALLOC(s->atom_energy, sizeof(double) * n);
     ALLOC(s->self_energy, sizeof(double) * n);
-    ALLOC(s->batch_energy, sizeof(double) * (s->n_batches + 1));
+    ALLOC(s->base.batch_energy, sizeof(double) * (s->n_batches + 1));
     ALLOC(s->total, sizeof(double));
     ALLOC(s->fixed, sizeof(unsigned long long) * 3 * n);
     if (cudaHostAlloc((void**)&s->host_flags, sizeof(FLAG_CLEAR), cudaHostAllocMapped) != cudaSuccess ||
@@ -496,8 +511,8 @@ template <typename real> static nnp_status plan_presplit(Build<real>& b) {
 /* The AEV kernels' shapes (nnp_cuda_plan_aev_kernels) and whether launches are programmatic. */
 template <typename real> static void plan_aev_kernels(Build<real>& b, const nnp_cuda_device& dev) {
     nnp_cuda_state* s = b.s;
-    const nnp_aev_params& a = b.m->aev;
-    nnp_aev_kernel_input in = {s->n_atoms, s->capacity, s->aev_live, s->aev_angular0, b.m->angular_sub, a.nShfZ, sizeof(real),
+    const nnp_aev_params& a = b.ani->aev;
+    nnp_aev_kernel_input in = {s->n_atoms, s->capacity, s->aev_live, s->aev_angular0, b.ani->angular_sub, a.nShfZ, sizeof(real),
                                sizeof(AevParams<real>) + 1024, a.nZeta * a.nShfZ + a.nEtaA * a.nShfA};
     nnp_cuda_plan_aev_kernels(&s->tuning, &dev, &in, &s->aevk);
     s->pdl = dev.major >= 9 && s->tuning.pdl;
@@ -651,7 +666,7 @@ template <typename real> static nnp_status upload(Build<real>& b) {
         const int j = plan->order[q];
         batch_entry[q] = make_int4(j, plan->particles ? plan->particles[j] : j, plan->elements[j], 0);
     }
-    for (int i = 0; err == cudaSuccess && i < n; i++) identity[i] = i, self[i] = b.m->self_energies[plan->elements[i]];
+    for (int i = 0; err == cudaSuccess && i < n; i++) identity[i] = i, self[i] = b.ani->self_energies[plan->elements[i]];
 #define UPLOAD(dst, src, bytes) if (err == cudaSuccess && (bytes) > 0) err = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)
     UPLOAD(s->row_info, row_info, sizeof(int4) * n);
     if (b.defer_rows != NULL) UPLOAD(s->defer_rows, b.defer_rows, sizeof(int4) * n);
@@ -668,7 +683,7 @@ template <typename real> static nnp_status upload(Build<real>& b) {
     UPLOAD(s->aev_params, &b.P, sizeof(b.P));
     UPLOAD(s->out_jobs, b.ojobs, sizeof(OutputJob<real>) * s->n_out_jobs);
 #undef UPLOAD
-    if (err == cudaSuccess) err = cudaMemset(s->batch_energy, 0, sizeof(double) * (plan->n_batches + 1));
+    if (err == cudaSuccess) err = cudaMemset(s->base.batch_energy, 0, sizeof(double) * (plan->n_batches + 1));
     free(row_info), free(batch_entry), free(identity), free(self);
     if (err != cudaSuccess) return nnp_fail(NNP_ERR_CUDA, "uploading the plan to the GPU failed: %s", cudaGetErrorString(err));
     memcpy(s->host_flags, FLAG_CLEAR, sizeof(FLAG_CLEAR));
@@ -707,12 +722,12 @@ template <typename real> static nnp_status build_steps(Build<real>& b) {
 template <typename real> static nnp_status build_state(nnp_plan* plan, nnp_cuda_state* s, int n_particles) {
     Build<real>* b = (Build<real>*)calloc(1, sizeof(Build<real>));
     if (b == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
-    b->plan = plan, b->m = plan->model, b->s = s;
+    b->plan = plan, b->m = plan->model, b->ani = nnp_ani_of(plan->model), b->s = s;
     b->E = plan->model->n_elements;
     b->M = plan->member < 0 ? plan->model->n_members : 1;
     b->m0 = plan->member < 0 ? 0 : plan->member;
     s->precision = plan->cuda_precision;
-    s->n_atoms = plan->n_atoms, s->n_batches = plan->n_batches, s->n_particles = n_particles;
+    s->n_atoms = plan->n_atoms, s->n_batches = plan->n_batches, s->base.n_particles = n_particles;
     s->units = plan->units;
     s->members = b->M;
     s->tuning = plan->cuda_tuning;

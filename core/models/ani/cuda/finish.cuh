@@ -3,6 +3,10 @@
  * per-batch energies and their total, the error flags (k_finish, or the first block of the split
  * AEV backward), and the plain forces' conversion (k_fixed_to_xyz).
  */
+#pragma once
+
+#include "gemm.cuh"
+
 #define OUTPUT_WARPS 8
 /*
  * The output layer: one block per network row (the rows of all elements in order, output job j

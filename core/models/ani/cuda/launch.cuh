@@ -3,6 +3,18 @@
  * read from the launch plan (nnp_cuda_state, made by build_state); nothing is decided, allocated,
  * copied or synchronised, so that the whole sequence can be captured into a CUDA graph.
  */
+#pragma once
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "state.cuh"
+#include "aev.cuh"
+#include "gemm.cuh"
+#include "gemm_big.cuh"
+#include "gemm_few_rows.cuh"
+#include "finish.cuh"
+#include "aev_backward.cuh"
 
 /* Launches a kernel, as a programmatic dependent launch when pdl is set (see pdl_wait), in
    thread-block clusters of cluster_z blocks along z where that is more than 1. */
@@ -110,7 +122,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
     const bool pdl = s->pdl && !profile;
     Finish fin;
     fin.atom_energy = s->atom_energy, fin.self_energy = s->self_energy;
-    fin.batch_start = s->batch_start, fin.batch_atoms = s->batch_atoms, fin.batch_energy = s->batch_energy;
+    fin.batch_start = s->batch_start, fin.batch_atoms = s->batch_atoms, fin.batch_energy = s->base.batch_energy;
     fin.energy = io->energy, fin.total = s->total, fin.flags = s->flags, fin.host_flags = s->host_flags_dev;
     fin.unit = eunit, fin.n_atoms = n, fin.n_batches = s->n_batches, fin.energy_is_double = io->energy_is_double;
     fin.out_jobs = (const OutputJob<float>*)s->out_jobs, fin.out_partial = NULL, fin.row_atom = s->row_atom;
@@ -121,8 +133,8 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         cudaMemsetAsync(s->fixed, 0, sizeof(unsigned long long) * 3 * n, stream);
     if (n > 0) {
         if (io->sorted_particles)
-            launch_k(false, k_inverse_order, dim3((s->n_particles + 255) / 256), dim3(256), 0, stream, io->sorted_particles,
-                     s->n_particles, s->index_of);
+            launch_k(false, k_inverse_order, dim3((s->base.n_particles + 255) / 256), dim3(256), 0, stream, io->sorted_particles,
+                     s->base.n_particles, s->index_of);
         MARK();
         FrontIn<real> in;
         in.positions = io->positions, in.format = io->positions_format;
@@ -131,7 +143,7 @@ static nnp_status launch(nnp_plan* plan, nnp_cuda_state* s, const nnp_cuda_io* i
         NbrTables<real> T;
         T.count = s->count, T.vec = (real4*)s->nbr_vec, T.cut = (real4*)s->nbr_cut, T.info = s->nbr_info, T.ang = s->nbr_ang;
         in.force_index = s->force_index, in.T = T;
-        in.flags = s->flags, in.box = box, in.to_angstrom = (real)to_angstrom, in.rc2 = (real)(m->aev.Rcr * m->aev.Rcr);
+        in.flags = s->flags, in.box = box, in.to_angstrom = (real)to_angstrom, in.rc2 = (real)(nnp_ani_of(m)->aev.Rcr * nnp_ani_of(m)->aev.Rcr);
         launch_k(pdl && io->sorted_particles, K.aev_slices > 1 ? k_aev<real, true> : k_aev<real, false>, dim3(n, K.aev_slices),
                  dim3(K.aev_threads), K.aev_shmem, stream, P, s->capacity, in, (real*)s->aev, s->aev_ld, K.aev_acc_stride);
         MARK();

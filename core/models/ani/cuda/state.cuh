@@ -1,39 +1,12 @@
 /*
  * The CUDA evaluation's state: the launch plan (every size, grid and kernel choice, fixed when the
  * plan's buffers are made by build_state, build.cuh) and the device buffers it points into.
- * launch() (launch.cuh) only reads it. Also the driver functions found at run time.
+ * launch() (launch.cuh) only reads it.
  */
+#pragma once
 
-/* Driver API functions, found through the runtime (so libnnp needs no libcuda at load time and
-   loads on machines without a GPU driver). */
-typedef CUresult (*PFN_streamIsCapturing)(CUstream, CUstreamCaptureStatus*);
-typedef CUresult (*PFN_ctxGetCurrent)(CUcontext*);
-typedef CUresult (*PFN_ctxPushCurrent)(CUcontext);
-typedef CUresult (*PFN_ctxPopCurrent)(CUcontext*);
-static struct {
-    int loaded;
-    PFN_streamIsCapturing streamIsCapturing;
-    PFN_ctxGetCurrent ctxGetCurrent;
-    PFN_ctxPushCurrent ctxPushCurrent;
-    PFN_ctxPopCurrent ctxPopCurrent;
-} driver;
-
-static nnp_status load_driver(void) {
-    if (driver.loaded) return NNP_OK;
-    struct { const char* name; void** fn; } fns[] = {{"cuStreamIsCapturing", (void**)&driver.streamIsCapturing},
-                                                    {"cuCtxGetCurrent", (void**)&driver.ctxGetCurrent},
-                                                    {"cuCtxPushCurrent", (void**)&driver.ctxPushCurrent},
-                                                    {"cuCtxPopCurrent", (void**)&driver.ctxPopCurrent}};
-    for (size_t k = 0; k < sizeof fns / sizeof fns[0]; k++) {
-        cudaDriverEntryPointQueryResult found;
-        cudaError_t err = cudaGetDriverEntryPointByVersion(fns[k].name, fns[k].fn, 12000, cudaEnableDefault, &found);
-        if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || *fns[k].fn == NULL)
-            return nnp_fail(NNP_ERR_CUDA, "the CUDA driver does not provide %s (%s)", fns[k].name,
-                            err != cudaSuccess ? cudaGetErrorString(err) : "symbol not found");
-    }
-    driver.loaded = 1;
-    return NNP_OK;
-}
+#include "ani.cuh"
+#include "gemm.cuh"
 
 #define NNP_CUDA_STAGES 7 /* positions, neighbours+AEV, forward, output, backward, forces, batch sums */
 
@@ -58,10 +31,10 @@ struct GemmLaunch {
 };
 
 struct nnp_cuda_state {
+    nnp_cuda_base base; /* evaluated, n_particles, batch_energy (what nnp_cuda.cu reads) */
     CUcontext context; /* where the memory lives */
     int precision;     /* NNP_PRECISION_* */
-    int n_atoms, n_batches, n_particles, capacity, n_hidden, members, units;
-    int evaluated;     /* one evaluation outside capture done with these buffers */
+    int n_atoms, n_batches, capacity, n_hidden, members, units;
     nnp_cuda_tuning tuning; /* the plan's table when the buffers were made */
     /* the AEV layout and the rows (nnp_cuda_plan_aev_layout, nnp_cuda_plan_rows) */
     int aev_live, aev_ld, aev_angular0, n_classes; /* aev_ld: the AEV's row stride, aev_live rounded up to 32 (zeros past aev_live) */
@@ -87,7 +60,7 @@ struct nnp_cuda_state {
     void *nbr_vec, *nbr_cut, *aev, *daev, *weights;
     void* Y[NNP_MAX_LAYERS];
     void* D[NNP_MAX_LAYERS];
-    double *atom_energy, *self_energy, *batch_energy, *total;
+    double *atom_energy, *self_energy, *total;
     unsigned long long* fixed;
     void* jobs;       /* GEMM job tables */
     void* w16;        /* k_gemm_mma's weights as FP16 pairs (see split_fp16_weights) */
@@ -108,15 +81,15 @@ static const int FLAG_CLEAR[4] = {0x7fffffff, 0, 0, 0}; /* NaN atom (min), overf
 static void free_state(nnp_cuda_state* s) {
     if (s == NULL) return;
     CUcontext previous = NULL;
-    int pushed = s->context != NULL && driver.loaded && driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
+    int pushed = s->context != NULL && nnp_cuda_driver.loaded && nnp_cuda_driver.ctxPushCurrent(s->context) == CUDA_SUCCESS;
     void* ptrs[] = {s->partial, s->counters, s->aev_params, s->out_jobs, s->row_info, s->batch_entry, s->defer_rows, s->identity,
                     s->batch_start, s->batch_atoms, s->row_atom, s->index_of, s->force_index, s->count, s->nbr_info, s->nbr_ang,
                     s->nbr_cut, s->flags, s->nbr_vec, s->aev, s->daev, s->weights, s->atom_energy, s->self_energy,
-                    s->batch_energy, s->total, s->fixed, s->jobs, s->out_partial, s->w16, s->split_p[0], s->split_p[1], s->split_inv[0], s->split_inv[1]};
+                    s->base.batch_energy, s->total, s->fixed, s->jobs, s->out_partial, s->w16, s->split_p[0], s->split_p[1], s->split_inv[0], s->split_inv[1]};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++) cudaFree(ptrs[k]);
     for (int h = 0; h < NNP_MAX_LAYERS; h++) cudaFree(s->Y[h]), cudaFree(s->D[h]);
     if (s->host_flags) cudaFreeHost(s->host_flags);
     for (int k = 0; s->profiling && k <= NNP_CUDA_STAGES; k++) cudaEventDestroy(s->events[k]);
-    if (pushed) driver.ctxPopCurrent(&previous);
+    if (pushed) nnp_cuda_driver.ctxPopCurrent(&previous);
     free(s);
 }

@@ -3,6 +3,10 @@
  * parts added in a fixed order by the tile's last block or inside a thread-block cluster;
  * k_gemm_skinny (SIMT) and k_gemm_mma (tensor cores on FP16 pairs, at most 16 rows).
  */
+#pragma once
+
+#include "gemm.cuh"
+
 /* The few-rows kernels' output (rows 0..m-1, one 64-column tile at col0): a part's sum into the
    split-K workspace, or the result with its epilogue when the launch is not split. */
 template <int EPI>

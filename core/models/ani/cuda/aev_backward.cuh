@@ -2,6 +2,11 @@
  * Forces from dE/dAEV (k_aev_backward): the neighbour tables k_aev left, the analytic AEV
  * derivatives, fixed-point atomic adds into the force buffer.
  */
+#pragma once
+
+#include "aev.cuh"
+#include "finish.cuh"
+
 /* The last backward GEMM's split-K parts left in its workspace (few rows): row r of dE/dAEV is, per
    column c < n, the sum in part order of partial[at + p·stride + local·n + c], p < parts, where
    rows[r] = (at, stride, n, local); columns from n on are zero (outside the row's class prefix).

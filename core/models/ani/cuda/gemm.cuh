@@ -2,8 +2,12 @@
  * The networks' matrix products: the job tables (GemmJob, OutputJob), the epilogues, the split-K
  * fix-up by the last block of a tile, and the SIMT kernel for middle row counts (k_gemm, split over
  * k, with k_gemm_reduce). The kernels for many rows are in gemm_big.cuh, for few rows in
- * gemm_few_rows.cuh; nnp_cuda_plan_gemm (cuda_plan.c) chooses one per launch.
+ * gemm_few_rows.cuh; nnp_cuda_plan_gemm (plan.c) chooses one per launch.
  */
+#pragma once
+
+#include "ani.cuh"
+
 /*
  * C[m×n] = A[m×k] · op(B) (+ bias, activation), batched over jobs (blockIdx.z).
  * TRANS_B: B is [n×k] row-major (weights, one row per output) and op(B) = Bᵀ; else B is [k×n].

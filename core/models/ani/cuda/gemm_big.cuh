@@ -1,4 +1,7 @@
 /* Many rows (more than 256 per job): 128×128 register-blocked tiles, one per block, no split-K. */
+#pragma once
+
+#include "gemm.cuh"
 
 /*
  * The same product for many rows: 128×128 tiles, k-steps of 8, 256 threads with 8×8 results each

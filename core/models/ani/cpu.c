@@ -1,0 +1,403 @@
+/*
+ * ANI's CPU evaluation in double precision: the readable specification of the maths.
+ *
+ * For atom i of element s_i, with neighbours j in the same batch (r_ij = r_j − r_i, d_ij = |r_ij|):
+ *   fc(d)      = ½ cos(π d / Rc) + ½  for d ≤ Rc, else 0
+ *   radial     G[s_j, η, μ]       += ¼ exp(−η (d_ij − μ)²) fc_Rcr(d_ij)
+ *   angular    G[s_j s_k, η, ζ, μ, θs] += 2 ((1 + cos(θ_ijk − θs)) / 2)^ζ
+ *                                          · exp(−η ((d_ij + d_ik)/2 − μ)²) fc_Rca(d_ij) fc_Rca(d_ik)
+ *              for each unordered neighbour pair j < k, θ_ijk = acos(0.95 cos∠(r_ij, r_ik))
+ * (TorchANI's AEV, including its 0.95 factor inside acos and its term ordering.)
+ * Atomic energy e_i = network_{s_i}(G_i) (layers W x + b, CELU(α=0.1) on hidden layers),
+ * averaged over the ensemble (or one member). Batch energy E_b = Σ_{i∈b} (e_i + self_energy(s_i)).
+ * Forces are the analytic −dE/dr: network backprop to dE/dG, then the AEV derivatives.
+ */
+#include "ani.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NNP_PI 3.14159265358979323846
+#define CHUNK 32 /* atoms of one element pushed through a network together (weights stay in cache) */
+
+/* A chunk of the evaluation: up to CHUNK atoms of one element. */
+typedef struct nnp_chunk {
+    int32_t element, first, count; /* atoms by_element[first .. first+count) */
+} nnp_chunk;
+
+static double cutoff_fn(double d, double rc) { return 0.5 * cos(NNP_PI * d / rc) + 0.5; }
+static double cutoff_deriv(double d, double rc) { return -0.5 * NNP_PI / rc * sin(NNP_PI * d / rc); }
+
+/* ------------------------------------------------------------------ AEV */
+
+/* AEV of atom i: aev has aev_length entries, zeroed by the caller. */
+static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl,
+                        int32_t i, double* aev) {
+    const nnp_ani* ani = nnp_ani_of(model);
+    const nnp_aev_params* p = &ani->aev;
+    const nnp_neighbor* nb = &nl->items[nl->start[i]];
+    int32_t nn = nl->start[i + 1] - nl->start[i];
+    for (int32_t a = 0; a < nn; a++) {
+        double d = nb[a].d, fc = cutoff_fn(d, p->Rcr);
+        double* out = aev + plan->elements[nb[a].j] * ani->radial_sub;
+        for (int32_t e = 0; e < p->nEtaR; e++)
+            for (int32_t s = 0; s < p->nShfR; s++) {
+                double x = d - p->ShfR[s];
+                out[e * p->nShfR + s] += 0.25 * exp(-p->EtaR[e] * x * x) * fc;
+            }
+    }
+    for (int32_t a = 0; a < nn; a++) {
+        if (nb[a].d > p->Rca) continue;
+        for (int32_t b = a + 1; b < nn; b++) {
+            if (nb[b].d > p->Rca) continue;
+            const double *u = nb[a].r, *v = nb[b].r;
+            double dj = nb[a].d, dk = nb[b].d;
+            double c = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) / fmax(dj * dk, 1e-10);
+            double theta = acos(0.95 * c);
+            double fcjk = cutoff_fn(dj, p->Rca) * cutoff_fn(dk, p->Rca);
+            double avg = 0.5 * (dj + dk);
+            double* out = aev + ani->radial_length +
+                          ani->pair_index[plan->elements[nb[a].j]][plan->elements[nb[b].j]] * ani->angular_sub;
+            int32_t t = 0;
+            for (int32_t ea = 0; ea < p->nEtaA; ea++)
+                for (int32_t z = 0; z < p->nZeta; z++)
+                    for (int32_t sa = 0; sa < p->nShfA; sa++) {
+                        double x = avg - p->ShfA[sa];
+                        double f2 = exp(-p->EtaA[ea] * x * x);
+                        for (int32_t sz = 0; sz < p->nShfZ; sz++, t++) {
+                            double f1 = pow(0.5 * (1 + cos(theta - p->ShfZ[sz])), p->Zeta[z]);
+                            out[t] += 2 * f1 * f2 * fcjk;
+                        }
+                    }
+        }
+    }
+}
+
+/* dE/dr of atom i's AEV, given g = dE/dAEV, into local (Hartree/Å): slot 0 (3 values) for atom i
+   itself, slot 1 + a for its neighbour a. local must be zeroed by the caller. */
+static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl,
+                         int32_t i, const double* g, double* local) {
+    const nnp_ani* ani = nnp_ani_of(model);
+    const nnp_aev_params* p = &ani->aev;
+    const nnp_neighbor* nb = &nl->items[nl->start[i]];
+    int32_t nn = nl->start[i + 1] - nl->start[i];
+    for (int32_t a = 0; a < nn; a++) {
+        double d = nb[a].d, fc = cutoff_fn(d, p->Rcr), dfc = cutoff_deriv(d, p->Rcr);
+        const double* gr = g + plan->elements[nb[a].j] * ani->radial_sub;
+        double s_d = 0; /* dE/dd */
+        for (int32_t e = 0; e < p->nEtaR; e++)
+            for (int32_t s = 0; s < p->nShfR; s++) {
+                double x = d - p->ShfR[s];
+                double ex = exp(-p->EtaR[e] * x * x);
+                s_d += gr[e * p->nShfR + s] * 0.25 * ex * (-2 * p->EtaR[e] * x * fc + dfc);
+            }
+        for (int k = 0; k < 3; k++) {
+            double f = s_d * nb[a].r[k] / d;
+            local[3 * (1 + a) + k] += f;
+            local[k] -= f;
+        }
+    }
+    for (int32_t a = 0; a < nn; a++) {
+        if (nb[a].d > p->Rca) continue;
+        for (int32_t b = a + 1; b < nn; b++) {
+            if (nb[b].d > p->Rca) continue;
+            const double *u = nb[a].r, *v = nb[b].r;
+            double dj = nb[a].d, dk = nb[b].d;
+            double denom = fmax(dj * dk, 1e-10);
+            double c = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) / denom;
+            double theta = acos(0.95 * c);
+            double fj = cutoff_fn(dj, p->Rca), fk = cutoff_fn(dk, p->Rca);
+            double dfj = cutoff_deriv(dj, p->Rca), dfk = cutoff_deriv(dk, p->Rca);
+            double avg = 0.5 * (dj + dk);
+            const double* ga = g + ani->radial_length +
+                               ani->pair_index[plan->elements[nb[a].j]][plan->elements[nb[b].j]] * ani->angular_sub;
+            double s_theta = 0, s_dj = 0, s_dk = 0;
+            int32_t t = 0;
+            for (int32_t ea = 0; ea < p->nEtaA; ea++)
+                for (int32_t z = 0; z < p->nZeta; z++)
+                    for (int32_t sa = 0; sa < p->nShfA; sa++) {
+                        double x = avg - p->ShfA[sa];
+                        double f2 = exp(-p->EtaA[ea] * x * x);
+                        double df2 = f2 * (-2 * p->EtaA[ea] * x) * 0.5; /* d f2 / d dj = d f2 / d dk */
+                        for (int32_t sz = 0; sz < p->nShfZ; sz++, t++) {
+                            double base = 0.5 * (1 + cos(theta - p->ShfZ[sz]));
+                            double f1 = pow(base, p->Zeta[z]);
+                            double df1 = p->Zeta[z] * pow(base, p->Zeta[z] - 1) * (-0.5 * sin(theta - p->ShfZ[sz]));
+                            double w = ga[t];
+                            s_theta += w * 2 * df1 * f2 * fj * fk;
+                            s_dj += w * 2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
+                            s_dk += w * 2 * f1 * (df2 * fj * fk + f2 * fj * dfk);
+                        }
+                    }
+            double s_c = s_theta * (-0.95 / sqrt(1 - 0.95 * c * 0.95 * c));
+            for (int k = 0; k < 3; k++) {
+                double dc_du = v[k] / denom - c * u[k] / (dj * dj);
+                double dc_dv = u[k] / denom - c * v[k] / (dk * dk);
+                double gu = s_dj * u[k] / dj + s_c * dc_du;
+                double gv = s_dk * v[k] / dk + s_c * dc_dv;
+                local[3 * (1 + a) + k] += gu;
+                local[3 * (1 + b) + k] += gv;
+                local[k] -= gu + gv;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ networks */
+
+/* Activations are stored transposed, feature-major: x[k * CHUNK + a] is feature k of atom a of
+   the chunk. The innermost loops then run over the atoms of the chunk, contiguous and independent,
+   so they vectorize while every atom's sums keep the plain sequential order (bias, then k = 0, 1, …). */
+typedef struct workspace {
+    int32_t width;                   /* widest layer or input */
+    double* act[NNP_MAX_LAYERS + 1]; /* act[0] = AEVs, act[l+1] = output of layer l; width × CHUNK */
+    double* pre[NNP_MAX_LAYERS];     /* pre-activations of layer l */
+    double* grad_a;                  /* width × CHUNK */
+    double* grad_b;
+    double* daev;                    /* width × CHUNK: dE/dAEV of the chunk, all members */
+    double* atom;                    /* one atom's AEV or dE/dAEV, width */
+} workspace;
+
+static double activate(int32_t kind, double z) {
+    if (kind == NNP_ACT_CELU) return z > 0 ? z : NNP_CELU_ALPHA * expm1(z / NNP_CELU_ALPHA);
+    return z;
+}
+
+static double activate_deriv(int32_t kind, double z) {
+    if (kind == NNP_ACT_CELU) return z > 0 ? 1 : exp(z / NNP_CELU_ALPHA);
+    return 1;
+}
+
+/* Forward pass of n atoms (AEVs in ws->act[0]); returns outputs in out[0..n). */
+static void network_forward(const nnp_network* net, workspace* ws, int32_t n, double* out) {
+    for (int32_t l = 0; l < net->n_layers; l++) {
+        const nnp_layer* layer = &net->layers[l];
+        const double* x = ws->act[l];
+        double* z = ws->pre[l];
+        double* y = ws->act[l + 1];
+        for (int32_t o = 0; o < layer->n_out; o++) {
+            const float* w = layer->weights + (size_t)o * layer->n_in;
+            double* zo = z + (size_t)o * CHUNK;
+            for (int32_t a = 0; a < n; a++) zo[a] = layer->biases[o];
+            for (int32_t k = 0; k < layer->n_in; k++) {
+                const double wk = w[k];
+                const double* xk = x + (size_t)k * CHUNK;
+                for (int32_t a = 0; a < n; a++) zo[a] += wk * xk[a];
+            }
+            for (int32_t a = 0; a < n; a++) y[(size_t)o * CHUNK + a] = activate(layer->activation, zo[a]);
+        }
+    }
+    for (int32_t a = 0; a < n; a++) out[a] = ws->act[net->n_layers][a];
+}
+
+/* Backward pass after network_forward: adds scale · d(output)/d(AEV) to daev (width × CHUNK). */
+static void network_backward(const nnp_network* net, workspace* ws, int32_t n, double scale, double* daev) {
+    double* g = ws->grad_a; /* dE/d(output of layer l) */
+    double* h = ws->grad_b;
+    for (int32_t a = 0; a < n; a++) g[a] = scale;
+    for (int32_t l = net->n_layers - 1; l >= 0; l--) {
+        const nnp_layer* layer = &net->layers[l];
+        const double* z = ws->pre[l];
+        double* gin = l == 0 ? daev : h;
+        if (l > 0) memset(gin, 0, (size_t)layer->n_in * CHUNK * sizeof(double));
+        for (int32_t o = 0; o < layer->n_out; o++) {
+            const float* w = layer->weights + (size_t)o * layer->n_in;
+            double delta[CHUNK];
+            for (int32_t a = 0; a < n; a++)
+                delta[a] = g[(size_t)o * CHUNK + a] * activate_deriv(layer->activation, z[(size_t)o * CHUNK + a]);
+            for (int32_t k = 0; k < layer->n_in; k++) {
+                const double wk = w[k];
+                double* gk = gin + (size_t)k * CHUNK;
+                for (int32_t a = 0; a < n; a++) gk[a] += delta[a] * wk;
+            }
+        }
+        double* t = g;
+        g = h;
+        h = t;
+    }
+}
+
+static void free_workspace(workspace* ws) {
+    for (int l = 0; l <= NNP_MAX_LAYERS; l++) free(ws->act[l]);
+    for (int l = 0; l < NNP_MAX_LAYERS; l++) free(ws->pre[l]);
+    free(ws->grad_a);
+    free(ws->grad_b);
+    free(ws->daev);
+    free(ws->atom);
+}
+
+static nnp_status alloc_workspace(const nnp_model* model, workspace* ws) {
+    memset(ws, 0, sizeof *ws);
+    const nnp_ani* ani = nnp_ani_of(model);
+    int32_t width = ani->aev_length, layers = 0;
+    for (int32_t i = 0; i < model->n_members * model->n_elements; i++) {
+        const nnp_network* net = &ani->networks[i];
+        if (net->n_layers > layers) layers = net->n_layers;
+        for (int32_t l = 0; l < net->n_layers; l++)
+            if (net->layers[l].n_out > width) width = net->layers[l].n_out;
+    }
+    ws->width = width;
+    size_t bytes = (size_t)CHUNK * (size_t)width * sizeof(double);
+    int ok = 1;
+    for (int32_t l = 0; l <= layers; l++) ok = ok && (ws->act[l] = calloc(1, bytes)) != NULL;
+    for (int32_t l = 0; l < layers; l++) ok = ok && (ws->pre[l] = calloc(1, bytes)) != NULL;
+    ok = ok && (ws->grad_a = calloc(1, bytes)) != NULL && (ws->grad_b = calloc(1, bytes)) != NULL &&
+         (ws->daev = calloc(1, bytes)) != NULL && (ws->atom = calloc((size_t)width, sizeof(double))) != NULL;
+    if (!ok) {
+        free_workspace(ws);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory for the network workspace");
+    }
+    return NNP_OK;
+}
+
+/* ------------------------------------------------------------------ evaluation */
+
+/*
+ * Work is split into chunks of up to CHUNK atoms of one element, in a fixed order (element, then
+ * atom index). Threads take chunks from a shared counter; each chunk writes only its own atoms'
+ * energies and its own slots of per-atom force contributions (`local`). The contributions are then
+ * added to the forces by one thread in chunk order, so the result is the same for any number of
+ * threads, and the same for a molecule alone or among other batches.
+ */
+typedef struct eval_job {
+    const nnp_model* model;
+    const nnp_plan* plan;
+    const nnp_neighbors* nl;
+    const int32_t* order;      /* atoms sorted by element, index order within */
+    const nnp_chunk* chunks;
+    int32_t n_chunks;
+    int32_t m_first, m_last;
+    int with_forces;
+    double* atom_e;            /* per atom, network energy (Hartree) */
+    double* local;             /* per atom i: 3 × (1 + neighbours) values, from local_start[i] */
+    const size_t* local_start;
+    atomic_int next;
+    workspace* ws;             /* one per thread */
+} eval_job;
+
+static void run_chunks(eval_job* job, workspace* ws) {
+    const nnp_model* model = job->model;
+    const nnp_ani* ani = nnp_ani_of(model);
+    const size_t A = (size_t)ani->aev_length;
+    const double scale = 1.0 / (job->m_last - job->m_first);
+    double out[CHUNK];
+    for (;;) {
+        int32_t ci = atomic_fetch_add(&job->next, 1);
+        if (ci >= job->n_chunks) break;
+        const nnp_chunk* ch = &job->chunks[ci];
+        const int32_t* atoms = job->order + ch->first;
+        for (int32_t a = 0; a < ch->count; a++) {
+            memset(ws->atom, 0, A * sizeof(double));
+            compute_aev(model, job->plan, job->nl, atoms[a], ws->atom);
+            for (size_t k = 0; k < A; k++) ws->act[0][k * CHUNK + (size_t)a] = ws->atom[k];
+        }
+        if (job->with_forces) memset(ws->daev, 0, A * CHUNK * sizeof(double));
+        for (int32_t m = job->m_first; m < job->m_last; m++) {
+            const nnp_network* net = &ani->networks[m * model->n_elements + ch->element];
+            network_forward(net, ws, ch->count, out);
+            for (int32_t a = 0; a < ch->count; a++) job->atom_e[atoms[a]] += out[a] * scale;
+            if (job->with_forces) network_backward(net, ws, ch->count, scale, ws->daev);
+        }
+        if (job->with_forces)
+            for (int32_t a = 0; a < ch->count; a++) {
+                for (size_t k = 0; k < A; k++) ws->atom[k] = ws->daev[k * CHUNK + (size_t)a];
+                aev_backward(model, job->plan, job->nl, atoms[a], ws->atom, job->local + job->local_start[atoms[a]]);
+            }
+    }
+}
+
+typedef struct worker_arg {
+    eval_job* job;
+    workspace* ws;
+} worker_arg;
+
+static void* worker_main(void* arg) {
+    worker_arg* w = arg;
+    run_chunks(w->job, w->ws);
+    return NULL;
+}
+
+/* ANI's CPU evaluation (the family's evaluate_cpu): pos and box in Å, energies in Hartree. */
+nnp_status nnp_ani_evaluate_cpu(nnp_plan* plan, const double* pos, const double* box, double* atom_energy,
+                                double* batch_energy, double* grad_out) {
+    (void)batch_energy;
+    int32_t n = plan->n_atoms;
+    const nnp_model* model = plan->model;
+    const nnp_ani* ani = nnp_ani_of(model);
+    nnp_neighbors nl = {0};
+    nnp_status st = nnp_neighbors_build(plan, pos, box, ani->aev.Rcr, &nl);
+    if (st != NNP_OK) return st;
+    int forces = grad_out != NULL;
+    /* Chunks: atoms grouped by element, index order within an element. */
+    int32_t* by_element = malloc(((size_t)n + 1) * sizeof *by_element);
+    nnp_chunk* chunks = malloc(((size_t)n + NNP_MAX_ELEMENTS + 1) * sizeof *chunks);
+    if (by_element == NULL || chunks == NULL) {
+        free(by_element), free(chunks);
+        nnp_neighbors_free(&nl);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms", n);
+    }
+    int32_t n_chunks = 0, filled = 0;
+    for (int32_t e = 0; e < model->n_elements; e++) {
+        int32_t first = filled;
+        for (int32_t i = 0; i < n; i++)
+            if (plan->elements[i] == e) by_element[filled++] = i;
+        for (int32_t c0 = first; c0 < filled; c0 += CHUNK)
+            chunks[n_chunks++] = (nnp_chunk){e, c0, filled - c0 < CHUNK ? filled - c0 : CHUNK};
+    }
+    int32_t n_threads = nnp_plan_threads(plan);
+    if (n_threads > n_chunks) n_threads = n_chunks > 0 ? n_chunks : 1;
+    size_t n_local = forces ? 3 * ((size_t)nl.start[n] + (size_t)n) : 0;
+    size_t* local_start = forces ? malloc(((size_t)n + 1) * sizeof *local_start) : NULL;
+    double* local = forces ? calloc(n_local + 1, sizeof *local) : NULL;
+    double* atom_e = calloc((size_t)n + 1, sizeof *atom_e);
+    workspace* ws = calloc((size_t)n_threads, sizeof *ws);
+    int ok = atom_e && ws && (!forces || (local && local_start));
+    for (int32_t t = 0; ok && t < n_threads; t++) ok = alloc_workspace(model, &ws[t]) == NNP_OK;
+    if (!ok) {
+        for (int32_t t = 0; ws && t < n_threads; t++) free_workspace(&ws[t]);
+        free(ws), free(local), free(local_start), free(atom_e), free(by_element), free(chunks);
+        nnp_neighbors_free(&nl);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory for %d atoms", n);
+    }
+    for (int32_t i = 0; forces && i < n; i++) local_start[i] = 3 * ((size_t)nl.start[i] + (size_t)i);
+
+    eval_job job = {.model = model, .plan = plan, .nl = &nl, .order = by_element, .chunks = chunks,
+                    .n_chunks = n_chunks, .m_first = plan->member < 0 ? 0 : plan->member,
+                    .m_last = plan->member < 0 ? model->n_members : plan->member + 1, .with_forces = forces,
+                    .atom_e = atom_e, .local = local, .local_start = local_start, .ws = ws};
+    atomic_init(&job.next, 0);
+    pthread_t threads[NNP_MAX_THREADS];
+    worker_arg args[NNP_MAX_THREADS];
+    int32_t started = 0;
+    for (int32_t t = 1; t < n_threads; t++) {
+        args[t] = (worker_arg){&job, &ws[t]};
+        if (pthread_create(&threads[t], NULL, worker_main, &args[t]) != 0) break; /* the others take over */
+        started = t;
+    }
+    run_chunks(&job, &ws[0]);
+    for (int32_t t = 1; t <= started; t++) pthread_join(threads[t], NULL);
+
+    /* Forces: every atom's contributions, added in chunk order. */
+    double* grad = grad_out;
+    if (forces) {
+        for (int32_t p = 0; p < n; p++) {
+            int32_t i = by_element[p];
+            const double* l = local + local_start[i];
+            for (int k = 0; k < 3; k++) grad[3 * i + k] += l[k];
+            for (int32_t a = 0; a < nl.start[i + 1] - nl.start[i]; a++) {
+                int32_t j = nl.items[nl.start[i] + a].j;
+                for (int k = 0; k < 3; k++) grad[3 * j + k] += l[3 * (1 + a) + k];
+            }
+        }
+    }
+    for (int32_t i = 0; i < n; i++) atom_energy[i] += atom_e[i] + ani->self_energies[plan->elements[i]];
+    for (int32_t t = 0; t < n_threads; t++) free_workspace(&ws[t]);
+    free(ws), free(local), free(local_start), free(atom_e), free(by_element), free(chunks);
+    nnp_neighbors_free(&nl);
+    return st;
+}
+
