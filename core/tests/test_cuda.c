@@ -522,11 +522,7 @@ int main(void) {
     if (quick != NULL && strcmp(quick, "large") == 0) { /* for racecheck of the tensor-core GEMMs: one large system, ten molecules */
         system_t large = make_large_system(40);
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
-        tuning.big_tensor_cores = 1;
-        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         tuning.big_tensor_cores = 0;
-        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
-        tuning.big_vectorized = 0;
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         free(large.z), free(large.batch), free(large.pos);
         nnp_cuda_tuning_defaults(&tuning);
@@ -699,21 +695,11 @@ int main(void) {
                      NNP_CUDA_A_BY_PRODUCER, NNP_CUDA_A_PRESPLIT, NNP_CUDA_A_BY_PRODUCER, NNP_CUDA_A_BY_PRODUCER}, 6);
         compare_energy_only(model, &large);
         nnp_cuda_tuning_defaults(&tuning);
-        /* The many-rows GEMMs on the tensor cores in 3xTF32 (k_gemm_big_tc) instead of FP16 pairs
-           (k_gemm_big_h); the SIMT kernels (k_gemm_big4); and k_gemm_big (scalar loads, one shared
-           buffer) instead of k_gemm_big4: the same sums in the same order, so bit-identical. */
-        tuning.big_tensor_cores = 1;
-        compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
+        /* The many-rows GEMMs in SIMT (k_gemm_big) instead of FP16 pairs on the tensor cores (k_gemm_big_h). */
         tuning.big_tensor_cores = 0;
         compare_with_cpu(model, &large, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         nnp_cuda_tuning_defaults(&tuning);
-        nnp_cuda_tuning simt, variant;
-        nnp_cuda_tuning_defaults(&simt);
-        simt.big_tensor_cores = 0;
-        variant = simt;
-        variant.big_vectorized = 0;
-        compare_bitwise(model, &large, &simt, &variant, "k_gemm_big instead of k_gemm_big4 (big_vectorized = 0)");
-        nnp_cuda_tuning_defaults(&variant);
+        nnp_cuda_tuning variant;
         /* Ordinary launches instead of programmatic dependent ones: the same kernels, so the same bits. */
         nnp_cuda_tuning_defaults(&variant);
         variant.pdl = 0;
@@ -734,7 +720,7 @@ int main(void) {
         nnp_cuda_tuning_defaults(&variant);
         variant.presplit = 0;
         compare_bitwise(model, &edge, NULL, &variant, "edge system, presplit = 0");
-        for (int kernel = 2; kernel >= 0; kernel--) { /* FP16 pairs, 3xTF32, SIMT */
+        for (int kernel = 1; kernel >= 0; kernel--) { /* FP16 pairs, SIMT */
             tuning.big_tensor_cores = kernel;
             compare_with_cpu(model, &edge, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         }

@@ -275,10 +275,7 @@ static void test_gemm_choice(void) {
     CHECK(c.kernel == NNP_GEMM_BIG_H && c.ksplit == 1);
     c = choose(&t, 4, 100, 384, 2048, 0, 1); /* unaligned: the SIMT split-K kernel */
     CHECK(c.kernel == NNP_GEMM_SPLIT_K && c.ksplit == 12);
-    t.big_tensor_cores = 1; /* 3xTF32 serves many rows only */
-    c = choose(&t, 4, 100, 384, 2048, 1, 1);
-    CHECK(c.kernel == NNP_GEMM_SPLIT_K && c.ksplit == 12);
-    t.big_tensor_cores = 0;
+    t.big_tensor_cores = 0; /* the SIMT kernels */
     c = choose(&t, 4, 100, 384, 2048, 1, 1);
     CHECK(c.kernel == NNP_GEMM_SPLIT_K && c.ksplit == 12);
     nnp_cuda_tuning_defaults(&t);
@@ -290,13 +287,7 @@ static void test_gemm_choice(void) {
     CHECK(c.kernel == NNP_GEMM_BIG && c.ksplit == 1);
     c = choose(&t, 4, 5000, 384, 2048, 1, 0);
     CHECK(c.kernel == NNP_GEMM_BIG && c.ksplit == 1);
-    t.big_tensor_cores = 1;
-    c = choose(&t, 4, 257, 384, 2048, 1, 1);
-    CHECK(c.kernel == NNP_GEMM_BIG_TC);
     t.big_tensor_cores = 0;
-    c = choose(&t, 4, 257, 384, 2048, 1, 1);
-    CHECK(c.kernel == NNP_GEMM_BIG4);
-    t.big_vectorized = 0;
     c = choose(&t, 4, 257, 384, 2048, 1, 1);
     CHECK(c.kernel == NNP_GEMM_BIG);
     /* The workspace bound: ksplit · max(m·n) · jobs <= 2^24, halving the parts. */

@@ -6,7 +6,8 @@
  *                      core/cuda/common.cuh, vectors, fixed point, programmatic dependent launch)
  *   aev.cuh            positions, neighbours within the cutoff and the AEV (k_inverse_order, k_aev)
  *   gemm.cuh           GEMM jobs and epilogues, split-K SIMT product for middle row counts (k_gemm, k_gemm_reduce)
- *   gemm_big.cuh       many rows: 128×128 register-blocked tiles (k_gemm_big, k_gemm_big4)
+ *   gemm_big.cuh       many and middle rows: tensor cores on FP16 pairs (k_gemm_big_h, k_presplit), 128×128
+ *                      register-blocked SIMT tiles (k_gemm_big)
  *   gemm_few_rows.cuh  one or a few molecules: split-K fix-ups, k_gemm_skinny, k_gemm_mma (tensor cores)
  *   finish.cuh         output layer (k_output), per-batch energies and total, flags (k_finish)
  *   aev_backward.cuh   forces from dE/dAEV (k_aev_backward)

@@ -80,12 +80,6 @@ template <typename real> static void preload(const nnp_cuda_state* s) {
         configure_kernel(k_gemm_skinny<true, EPI_BIAS_CELU, SKINNY_M>, 256, 0);
         configure_kernel(k_gemm_skinny<false, EPI_DERIV, SKINNY_M>, 256, 0);
         configure_kernel(k_gemm_skinny<false, EPI_NONE, SKINNY_M>, 256, 0);
-        configure_kernel(k_gemm_big4<true, EPI_BIAS_CELU>, 256, 0);
-        configure_kernel(k_gemm_big4<false, EPI_DERIV>, 256, 0);
-        configure_kernel(k_gemm_big4<false, EPI_NONE>, 256, 0);
-        configure_kernel(k_gemm_big_tc<true, EPI_BIAS_CELU>, 256, TC_SMEM(true));
-        configure_kernel(k_gemm_big_tc<false, EPI_DERIV>, 256, TC_SMEM(false));
-        configure_kernel(k_gemm_big_tc<false, EPI_NONE>, 256, TC_SMEM(false));
         configure_big_h<1>();
         configure_big_h<2>();
         configure_kernel(k_presplit, 256, 0);

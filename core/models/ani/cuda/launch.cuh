@@ -81,14 +81,7 @@ static void gemm(const GemmJob<real>* all_jobs, const GemmLaunch& g, cudaStream_
     }
     const dim3 big((g.grid.x + 1) / 2, (g.grid.y + 1) / 2, g.grid.z); /* 128×128 tiles */
     if constexpr (sizeof(real) == 4)
-        if (g.kernel == NNP_GEMM_BIG4) {
-            launch_k(pdl, k_gemm_big4<TRANS_B, EPI>, big, dim3(256), 0, stream, jobs);
-            return;
-        } else if (g.kernel == NNP_GEMM_BIG_TC) {
-            launch_k(pdl, k_gemm_big_tc<TRANS_B, EPI>, dim3(g.grid.x, (g.grid.y + 1) / 2, g.grid.z), dim3(256), TC_SMEM(TRANS_B),
-                     stream, jobs); /* 128×64 tiles */
-            return;
-        } else if (g.kernel == NNP_GEMM_BIG_H) {
+        if (g.kernel == NNP_GEMM_BIG_H) {
             big_h<EPI>(jobs, g, stream, pdl, OutFuse());
             return;
         }

@@ -15,8 +15,7 @@ void nnp_cuda_tuning_defaults(nnp_cuda_tuning* t) {
     t->split_max = 64;
     t->split_k_tensor = 256;
     t->middle_tile_rows = 64;
-    t->big_tensor_cores = 2;
-    t->big_vectorized = 1;
+    t->big_tensor_cores = 1;
     t->cluster_split_k = 1;
     t->defer_split_k = 1;
     t->fuse_output = 1;
@@ -184,7 +183,7 @@ nnp_gemm_choice nnp_cuda_plan_gemm(const nnp_cuda_tuning* t, const nnp_gemm_shap
                      ? max_int(1, min_int(split_max, few_rows ? (g->max_k + per_part - 1) / per_part : g->max_k / per_part))
                      : 1;
     /* middle row counts in float32 on the tensor cores (k_gemm_big_h split over k) */
-    const int middle_tc = !few_rows && g->max_m <= NNP_CUDA_SPLIT_ROWS && g->is_float && g->aligned && t->big_tensor_cores == 2;
+    const int middle_tc = !few_rows && g->max_m <= NNP_CUDA_SPLIT_ROWS && g->is_float && g->aligned && t->big_tensor_cores;
     if (middle_tc) ksplit = max_int(1, min_int(split_max, (g->max_k + max_int(1, t->split_k_tensor) - 1) / max_int(1, t->split_k_tensor)));
     while (ksplit > 1 && (size_t)ksplit * (size_t)g->max_mn * (size_t)g->jobs > ((size_t)1 << 24)) ksplit /= 2;
     c.ksplit = ksplit;
@@ -192,8 +191,7 @@ nnp_gemm_choice nnp_cuda_plan_gemm(const nnp_cuda_tuning* t, const nnp_gemm_shap
     if (few_rows) c.kernel = g->max_m <= NNP_CUDA_MMA_ROWS ? NNP_GEMM_MMA : NNP_GEMM_FEW_ROWS;
     else if (middle_tc) c.kernel = NNP_GEMM_BIG_H;
     else if (ksplit > 1) c.kernel = NNP_GEMM_SPLIT_K;
-    else if (g->is_float && g->aligned && t->big_tensor_cores) c.kernel = t->big_tensor_cores == 1 ? NNP_GEMM_BIG_TC : NNP_GEMM_BIG_H;
-    else c.kernel = g->is_float && g->aligned && t->big_vectorized ? NNP_GEMM_BIG4 : NNP_GEMM_BIG;
+    else c.kernel = g->is_float && g->aligned && t->big_tensor_cores ? NNP_GEMM_BIG_H : NNP_GEMM_BIG;
     return c;
 }
 

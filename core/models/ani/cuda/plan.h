@@ -80,10 +80,8 @@ typedef enum nnp_gemm_kernel {
     NNP_GEMM_MMA = 0,      /* k_gemm_mma: float32, <= 16 rows per job, tensor cores, split-K fix-up in the kernel */
     NNP_GEMM_FEW_ROWS = 1, /* k_gemm_skinny: float32, <= 32 rows per job, split-K fix-up in the kernel */
     NNP_GEMM_SPLIT_K = 2,  /* k_gemm + k_gemm_reduce: <= 256 rows per job split over k */
-    NNP_GEMM_BIG4 = 3,     /* k_gemm_big4: float32, 16-byte aligned operands, one 128x128 tile per block */
-    NNP_GEMM_BIG = 4,      /* k_gemm_big: one 128x128 tile per block */
-    NNP_GEMM_BIG_TC = 5,   /* k_gemm_big_tc: float32 on the tensor cores (3xTF32), operands as for BIG4 */
-    NNP_GEMM_BIG_H = 6     /* k_gemm_big_h: float32 on the tensor cores (FP16 pairs), operands as for BIG4 */
+    NNP_GEMM_BIG = 3,      /* k_gemm_big: one 128x128 tile per block (SIMT) */
+    NNP_GEMM_BIG_H = 4     /* k_gemm_big_h: float32 on the tensor cores (FP16 pairs), 16-byte aligned operands */
 } nnp_gemm_kernel;
 /* One GEMM launch (a layer's jobs, forward or backward), as the plan decides it. */
 typedef struct nnp_gemm_shape {
@@ -100,7 +98,7 @@ typedef struct nnp_gemm_choice {
 /* Split-K: about split_k (few rows: split_k_few_rows; middle row counts on the tensor cores:
    split_k_tensor) values of k per part where the jobs have at most NNP_CUDA_SPLIT_ROWS rows, at most
    split_max parts and at most 2^24 partial sums; then the kernel of the regime: few rows
-   NNP_GEMM_MMA / FEW_ROWS; middle row counts in float32, aligned, big_tensor_cores = 2: BIG_H
+   NNP_GEMM_MMA / FEW_ROWS; middle row counts in float32, aligned, big_tensor_cores = 1: BIG_H
    (split or not; middle_tile_rows rows per tile); else SPLIT_K where split; then the many-rows
    kernels (BIG_H: 128 rows per tile). */
 nnp_gemm_choice nnp_cuda_plan_gemm(const nnp_cuda_tuning* tuning, const nnp_gemm_shape* shape);

@@ -29,9 +29,8 @@ typedef struct nnp_cuda_tuning {
     int split_k_tensor;   /* k values per part of k_gemm_big_h for middle row counts (256) */
     int middle_tile_rows; /* rows per tile of k_gemm_big_h for middle row counts, where its activations are
                              presplit: 64 (default) or 128; same bits */
-    int big_tensor_cores; /* many rows in float32, where aligned, on the tensor cores: k_gemm_big_h (FP16 pairs, 2),
-                             k_gemm_big_tc (3xTF32, 1); 0: the SIMT kernels (default 2) */
-    int big_vectorized;   /* else k_gemm_big4 where aligned (1), else k_gemm_big; same bits */
+    int big_tensor_cores; /* more than 32 rows in float32, where aligned, on the tensor cores: k_gemm_big_h (FP16
+                             pairs, 1, default); 0: the SIMT kernels (k_gemm_big, k_gemm + k_gemm_reduce) */
     int cluster_split_k;  /* k_gemm_mma's parts added in thread-block clusters where the GPU has them (1),
                              else by each tile's last block; same bits */
     int defer_split_k;    /* the last backward GEMM's parts added by the split AEV backward (1), else by the
