@@ -220,13 +220,23 @@ def _member(ckpt, path, layout):
         used.add(key)
         return a
 
+    def rows(key, ndim):  # the first size of an entry whose other sizes are checked by get()
+        if key not in sd:
+            _fail(f"{path}: the state dict lacks {key}")
+        a = sd[key]
+        if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
+            _fail(f"{path}: {key} is not a floating-point tensor")
+        if a.ndim != ndim:
+            _fail(f"{path}: {key} has {a.ndim} dimension(s), expected {ndim}")
+        return a.shape[0]
+
     def blocks(w):  # rows f·3 + k (torchmd-net 2.x) → k·F + f
         if layout == 3:
             return w
         return w.reshape((F, 3) + w.shape[1:]).swapaxes(0, 1).reshape(w.shape)
 
     rm, te = "representation_model.", "representation_model.tensor_embedding."
-    emb = get(te + "emb.weight", (sd.get(te + "emb.weight", np.zeros((0, F))).shape[0], F))
+    emb = get(te + "emb.weight", (rows(te + "emb.weight", 2), F))
     max_z = emb.shape[0]
     arrays = [get(rm + "distance_expansion.means", (R,)), get(rm + "distance_expansion.betas", (R,))]
     lin = lambda key, o, i: [get(key + ".weight", (o, i)), get(key + ".bias", (o,))]
@@ -249,8 +259,7 @@ def _member(ckpt, path, layout):
         _fail(f"{path}: the state dict has no output_model.output_network layers")
     for k in keys:
         key = f"output_model.output_network.layers.{k}"
-        w = sd[key + ".weight"]
-        head.append(lin(key, w.shape[0] if w.ndim == 2 else -1, n_in))
+        head.append(lin(key, rows(key + ".weight", 2), n_in))
         n_in = head[-1][0].shape[0]
     if n_in != 1:
         _fail(f"{path}: the output network gives {n_in} values per atom, expected 1")
@@ -258,10 +267,9 @@ def _member(ckpt, path, layout):
     mean = float(get("mean", ()) if "mean" in sd else 0.0)
     atomref = None
     if has_ref and ref_on:
-        a = sd.get("prior_model.0.atomref.weight")
-        if a is None:
+        if "prior_model.0.atomref.weight" not in sd:
             _fail(f"{path}: the Atomref prior has no prior_model.0.atomref.weight")
-        atomref = get("prior_model.0.atomref.weight", (a.shape[0], 1))[:, 0]
+        atomref = get("prior_model.0.atomref.weight", (rows("prior_model.0.atomref.weight", 2), 1))[:, 0]
         max_z = min(max_z, atomref.shape[0])
         atomref = atomref[:max_z]
     for key in list(sd):

@@ -335,6 +335,12 @@ def test_hostile_checkpoints(tmp_path):
         c["state_dict"][key] = c["state_dict"][key].copy()
         c["state_dict"][key][0, 0] = np.nan
     refused(nan, "non-finite")
+    emb = "model.representation_model.tensor_embedding.emb.weight"
+    refused(lambda c: c["state_dict"].update({emb: 7}), "emb.weight is not a floating-point tensor")
+    refused(lambda c: c["state_dict"].update({emb: np.zeros(5, np.float32)}), r"emb.weight has 1 dimension\(s\), expected 2")
+    refused(lambda c: c["state_dict"].update({emb: np.zeros((5, 16), np.int64)}), "not a floating-point tensor")
+    head = "model.output_model.output_network.layers.0.weight"
+    refused(lambda c: c["state_dict"].update({head: "weights"}), "layers.0.weight is not a floating-point tensor")
     refused(lambda c: c["state_dict"].update({"model.extra.weight": np.zeros(2, np.float32)}), "extra.weight")
     refused(lambda c: c["state_dict"].update({"model.representation_model.distance.box": np.eye(3) * 20}),
             "built-in periodic box")

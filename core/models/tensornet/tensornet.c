@@ -94,18 +94,9 @@ typedef struct tn_reader {
     int32_t member;
 } tn_reader;
 
-static const double* tn_array(tn_reader* t, const char* what, uint32_t rows, uint32_t cols) {
+/* rows × cols values (their sizes already read) into the storage. */
+static const double* tn_values(tn_reader* t, const char* what, uint32_t rows, uint32_t cols) {
     if (t->st != NNP_OK) return NULL;
-    uint32_t r = get_u32(t->r), c = get_u32(t->r);
-    if (t->r->short_read) {
-        t->st = nnp_fail(NNP_ERR_FORMAT, "model file is truncated (TensorNet member %d, %s)", t->member, what);
-        return NULL;
-    }
-    if (r != rows || c != cols) {
-        t->st = nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d: %s is %u×%u, expected %u×%u", t->member,
-                         what, r, c, rows, cols);
-        return NULL;
-    }
     size_t n = (size_t)rows * cols;
     if ((size_t)(t->end - t->next) < n || t->r->left / 8 < n) {
         t->st = nnp_fail(NNP_ERR_FORMAT, "model file is truncated (TensorNet member %d, %s)", t->member, what);
@@ -124,6 +115,22 @@ static const double* tn_array(tn_reader* t, const char* what, uint32_t rows, uin
     return v;
 }
 
+/* An array: its sizes, which must be rows × cols, then its values. */
+static const double* tn_array(tn_reader* t, const char* what, uint32_t rows, uint32_t cols) {
+    if (t->st != NNP_OK) return NULL;
+    uint32_t r = get_u32(t->r), c = get_u32(t->r);
+    if (t->r->short_read) {
+        t->st = nnp_fail(NNP_ERR_FORMAT, "model file is truncated (TensorNet member %d, %s)", t->member, what);
+        return NULL;
+    }
+    if (r != rows || c != cols) {
+        t->st = nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d: %s is %u×%u, expected %u×%u", t->member,
+                         what, r, c, rows, cols);
+        return NULL;
+    }
+    return tn_values(t, what, rows, cols);
+}
+
 static void tn_lin(tn_reader* t, tn_linear* l, const char* what, int32_t n_out, int32_t n_in, int bias) {
     char name[96];
     l->n_in = n_in, l->n_out = n_out;
@@ -136,13 +143,13 @@ static void tn_lin(tn_reader* t, tn_linear* l, const char* what, int32_t n_out, 
     }
 }
 
-static size_t tn_member_size(const tn_member* m, const int32_t* head_dims) {
+/* Values of a member's storage: everything but the head (whose layers are allocated apart). */
+static size_t tn_member_size(const tn_member* m) {
     size_t F = (size_t)m->F, R = (size_t)m->R, Z = (size_t)m->max_z;
     size_t n = 2 * R + Z * F + (2 * F * F + F) + 3 * (F * R + F) + 3 * F * F + (2 * F * F + 2 * F) +
                (6 * F * F + 3 * F) + 2 * F;
     n += (size_t)m->L * ((F * R + F) + (2 * F * F + 2 * F) + (6 * F * F + 3 * F) + 6 * F * F);
     n += 6 * F + (3 * F * F + F);
-    for (int32_t h = 0; h < m->n_head; h++) n += (size_t)head_dims[h] * head_dims[h + 1] + head_dims[h + 1];
     if (m->has_atomref) n += Z;
     return n;
 }
@@ -167,10 +174,9 @@ static nnp_status tn_read_member(reader* r, int32_t index, tn_member* m) {
     m->F = (int32_t)F, m->L = (int32_t)L, m->R = (int32_t)R, m->max_z = (int32_t)Z;
     m->group = (int32_t)group, m->activation = (int32_t)act, m->n_head = (int32_t)H, m->has_atomref = (int32_t)has_ref;
     m->alpha = 5.0 / (m->cu - m->cl);
-    /* The head's sizes come with it: it has its own allocation (below). */
-    int32_t dims[TN_MAX_HEAD + 1];
-    for (int32_t h = 0; h <= m->n_head; h++) dims[h] = 0;
-    size_t size = tn_member_size(m, dims);
+    /* The head's sizes come with it: each of its layers has its own allocation (below). */
+    for (int32_t h = 0; h < TN_MAX_HEAD; h++) m->head[h].w = NULL;
+    size_t size = tn_member_size(m);
     m->storage = malloc((size + 1) * sizeof(double));
     if (m->storage == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory for TensorNet member %d", index);
     tn_reader t = {r, m->storage, m->storage + size, NNP_OK, index};
@@ -197,47 +203,24 @@ static nnp_status tn_read_member(reader* r, int32_t index, tn_member* m) {
     m->out_b = tn_array(&t, "out_norm bias", 1, 3 * F);
     tn_lin(&t, &m->linear, "linear", Fi, 3 * Fi, 1);
     if (t.st != NNP_OK) return t.st;
-    /* The head: its own allocation, sized as it is read. */
-    double* head_storage = NULL;
-    size_t head_size = 0, used = 0;
+    /* The head: one allocation per layer (weights and bias), sized as the layer is read. */
     int32_t n_in = Fi;
     for (int32_t h = 0; h < m->n_head; h++) {
         uint32_t rows = get_u32(r), cols = get_u32(r);
         if (r->short_read) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated (TensorNet member %d, head)", index);
-        if ((int32_t)cols != n_in || rows < 1 || rows > TN_MAX_WIDTH || (h == m->n_head - 1 && rows != 1)) {
-            free(head_storage);
+        if ((int32_t)cols != n_in || rows < 1 || rows > TN_MAX_WIDTH || (h == m->n_head - 1 && rows != 1))
             return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d: head layer %d is %u×%u (takes %d inputs%s)",
                             index, h, rows, cols, n_in, h == m->n_head - 1 ? ", gives 1 output" : "");
-        }
-        /* rewind the two sizes: tn_array reads them again */
-        r->p -= 8, r->left += 8;
-        size_t need = (size_t)rows * cols + rows;
-        double* grown = realloc(head_storage, (head_size + need + 1) * sizeof(double));
-        if (grown == NULL) {
-            free(head_storage);
-            return nnp_fail(NNP_ERR_MEMORY, "out of memory for TensorNet member %d", index);
-        }
-        /* pointers into the old block are rebuilt below */
-        head_storage = grown;
-        head_size += need;
-        tn_reader th = {r, head_storage + used, head_storage + head_size, NNP_OK, index};
+        const size_t need = (size_t)rows * cols + rows;
+        double* layer = malloc(need * sizeof(double));
+        if (layer == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory for TensorNet member %d", index);
+        m->head[h].w = layer; /* freed with the member from here on */
         m->head[h].n_in = (int32_t)cols, m->head[h].n_out = (int32_t)rows;
-        const double* w = tn_array(&th, "head weight", rows, cols);
-        const double* b = tn_array(&th, "head bias", 1, rows);
-        if (th.st != NNP_OK) {
-            free(head_storage);
-            return th.st;
-        }
-        (void)w, (void)b;
-        used += need;
+        tn_reader th = {r, layer, layer + need, NNP_OK, index};
+        tn_values(&th, "head weight", rows, cols);
+        m->head[h].b = tn_array(&th, "head bias", 1, rows);
+        if (th.st != NNP_OK) return th.st;
         n_in = (int32_t)rows;
-    }
-    size_t off = 0;
-    for (int32_t h = 0; h < m->n_head; h++) {
-        m->head[h].w = head_storage + off;
-        off += (size_t)m->head[h].n_out * m->head[h].n_in;
-        m->head[h].b = head_storage + off;
-        off += (size_t)m->head[h].n_out;
     }
     m->atomref = NULL;
     if (m->has_atomref) {
@@ -249,7 +232,7 @@ static nnp_status tn_read_member(reader* r, int32_t index, tn_member* m) {
 
 static void tn_free_member(tn_member* m) {
     if (m->storage == NULL) return;
-    if (m->n_head > 0 && m->head[0].w != NULL) free((void*)m->head[0].w);
+    for (int32_t h = 0; h < m->n_head; h++) free((void*)m->head[h].w);
     free(m->storage);
     m->storage = NULL;
 }
