@@ -6,6 +6,7 @@
 #pragma once
 
 #include "ani.cuh"
+#include "../../../cuda/positions.cuh"
 
 /* Device copy of the AEV parameters (by value as kernel arguments). */
 template <typename real> struct AevParams {
@@ -20,56 +21,6 @@ template <typename real> struct AevParams {
     int angular0; /* stored column of the first angular feature (the live radial features' count) */
     real cosShfZ[NNP_MAX_TERMS], sinShfZ[NNP_MAX_TERMS]; /* cos(θ − ShfZ) = cos θ cos ShfZ + sin θ sin ShfZ */
 };
-
-template <typename real> struct Box {
-    int periodic;
-    real a[9]; /* Å, reduced form */
-};
-
-template <typename real> __device__ __forceinline__ void min_image(real& x, real& y, real& z, const Box<real>& box) {
-    if (box.periodic) {
-        real s = rint(z / box.a[8]);
-        x -= s * box.a[6], y -= s * box.a[7], z -= s * box.a[8];
-        s = rint(y / box.a[4]);
-        x -= s * box.a[3], y -= s * box.a[4];
-        s = rint(x / box.a[0]);
-        x -= s * box.a[0];
-    }
-}
-
-__global__ void k_inverse_order(const int* __restrict__ order, int n, int* __restrict__ index_of) {
-    pdl_start();
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) index_of[order[i]] = i;
-}
-
-/* The position in Å of particle p (in the plan's particle order), read from the caller's buffer
-   (OpenMM's reordered layout through index_of, or the plan's particle order), converted in double
-   and rounded once to real. *at: the slot it came from; *finite: whether all three coordinates are
-   finite. */
-template <typename real>
-__device__ __forceinline__ typename real4_of<real>::type load_position(const void* __restrict__ positions, int format,
-                                                                       const int* __restrict__ index_of, int p,
-                                                                       real to_angstrom, int* at, bool* finite) {
-    const int i = index_of ? index_of[p] : p;
-    double x, y, z;
-    if (format == NNP_POSITIONS_FLOAT4) {
-        float4 v = ((const float4*)positions)[i];
-        x = v.x, y = v.y, z = v.z;
-    } else if (format == NNP_POSITIONS_DOUBLE4) {
-        nnp_double4 v = ((const nnp_double4*)positions)[i];
-        x = v.x, y = v.y, z = v.z;
-    } else {
-        const double* v = (const double*)positions + 3 * (size_t)i;
-        x = v[0], y = v[1], z = v[2];
-    }
-    *at = i;
-    *finite = isfinite(x) && isfinite(y) && isfinite(z);
-    typename real4_of<real>::type r;
-    r.x = (real)(x * (double)to_angstrom), r.y = (real)(y * (double)to_angstrom), r.z = (real)(z * (double)to_angstrom);
-    r.w = 0;
-    return r;
-}
 
 /* Order-preserving compaction step over one chunk of the block's threads: returns the place of
    this thread's item (when `in`) after the *total items placed before the chunk, and adds the
