@@ -18,6 +18,7 @@
 #include "openmm/cuda/CudaQueue.h"
 #include "openmm/internal/ContextImpl.h"
 
+#include <cstring>
 #include <cuda_runtime_api.h>
 #include <dirent.h>
 
@@ -97,7 +98,7 @@ static vector<Vec3> addMolecules(System& system, NNPForce* force, const vector<s
 }
 
 /* What both benchmarks start from: SHARED_DIR and sizes from the command line (default 1, 10, 100
-   and all molecules), the ANI-2x model, OpenMM's plugins and the CUDA platform, the GPU's name. */
+   and all molecules), the ANI-2x model (or --model=PATH), OpenMM's plugins and the CUDA platform, the GPU's name. */
 struct Bench {
     string shared, model, gpu;
     vector<int> sizes;
@@ -106,12 +107,15 @@ struct Bench {
 
 static bool benchSetup(int argc, char** argv, const char* program, Bench& b) {
     if (argc < 2) {
-        std::cerr << "usage: " << program << " SHARED_DIR [sizes...]" << std::endl;
+        std::cerr << "usage: " << program << " SHARED_DIR [--model=PATH] [sizes...]" << std::endl;
         return false;
     }
     b.shared = argv[1];
     b.model = b.shared + "/models/ani-model-zoo/ani-2x_8x.info";
-    for (int i = 2; i < argc; i++) b.sizes.push_back(atoi(argv[i]));
+    for (int i = 2; i < argc; i++) {
+        if (strncmp(argv[i], "--model=", 8) == 0) b.model = argv[i] + 8;
+        else b.sizes.push_back(atoi(argv[i]));
+    }
     if (b.sizes.empty()) b.sizes = {1, 10, 100, (int)chooseMolecules(b.shared, 1 << 30).size()};
     Platform::loadPluginsFromDirectory(Platform::getDefaultPluginsDirectory());
     NNPForce::getPluginLoadFailures();

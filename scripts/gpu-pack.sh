@@ -39,4 +39,16 @@ d = open(sys.argv[1], 'rb').read(); n = len(d) // 4 * 4
 open(sys.argv[2], 'wb').write(b''.join(d[k:n:4] for k in range(4)) + d[n:])" "$tmp/${m%%:*}.nnpm" "$tmp/${m%%:*}.shuf"
   xz -6 -T0 -c "$tmp/${m%%:*}.shuf" > "$d/${m%%:*}.shuf.xz"
 done
+# The TensorNet test checkpoints as .nnpm (the GPU machine has no OpenMM Python to convert them):
+# the converter of this tree's Python module (NNP_BUILD_DIR, default build/, after scripts/setup.sh).
+pybuild="${NNP_BUILD_DIR:-$root/build}/python"
+pyexe="${NNP_VENV:-$HOME/.cache/openmm-nnp/venv}/bin/python"
+if [ -d "$pybuild/openmmnnp" ] && [ -x "$pyexe" ]; then
+  PYTHONPATH="$pybuild" "$pyexe" "$root/python/tests/data/tensornet/convert_fixtures.py" "$d/tensornet" > /dev/null
+  # an AceFF-sized TensorNet with random weights for the benchmarks (xz: the double weights come from floats)
+  PYTHONPATH="$pybuild" "$pyexe" "$root/bench/make_tensornet_model.py" "$tmp/tensornet-bench.nnpm" > /dev/null
+  xz -6 -T0 -c "$tmp/tensornet-bench.nnpm" > "$d/tensornet-bench.nnpm.xz"
+else
+  echo "gpu-pack: no built Python module at $pybuild (run scripts/setup.sh): the TensorNet CUDA test will lack its models" >&2
+fi
 du -sh "$d"

@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-large|sanitize-integrators|integrators|show|bench|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,13 +41,21 @@ for src, dst in (("ani1x", "ani-1x_8x.info"), ("ani2x", "ani-2x_8x.info")):
     open(target, "wb").write(raw[:n].reshape(4, -1).T.copy().tobytes() + raw[n:].tobytes())
     print("model", dst, len(raw), "bytes")
 PY
+# TensorNet's kernels: memcheck of the quick mode on every test model, racecheck on one.
+sanitize_tensornet() {
+  local tn=("$d"/tensornet/*.nnpm)
+  NNP_TEST_QUICK=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "${tn[@]}" > "$out/sanitizer-memcheck-tensornet.log" 2>&1
+  echo "compute-sanitizer memcheck on test_tensornet_cuda (quick): exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-memcheck-tensornet.log" | tail -n 1))"
+  NNP_TEST_QUICK=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d/tensornet/o3-atomref.nnpm" > "$out/sanitizer-racecheck-tensornet.log" 2>&1
+  echo "compute-sanitizer racecheck on test_tensornet_cuda (quick, o3-atomref): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-tensornet.log" | tail -n 1))"
+}
 for step in "${steps[@]}"; do
   case "$step" in
   build)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
     rm -f "$root/build-gpu/CMakeCache.txt"
     cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNNP_BUILD_PYTHON=OFF \
-      -DNNP_SHARED_DIR="$d/shared" -DNNP_MODELS="ani1x;ani2x" -DBZIP2_INCLUDE_DIR="$d/include" \
+      -DNNP_SHARED_DIR="$d/shared" -DNNP_TENSORNET_MODELS_DIR="$d/tensornet" -DNNP_MODELS="ani1x;ani2x" -DBZIP2_INCLUDE_DIR="$d/include" \
       -DBZIP2_LIBRARY_RELEASE="$(ls /usr/lib/x86_64-linux-gnu/libbz2.so* /lib/x86_64-linux-gnu/libbz2.so* "$d"/lib/libbz2.so 2>/dev/null | head -n 1)" > "$out/configure.log" 2>&1 \
       || { tail -n 40 "$out/configure.log"; exit 1; }
     cmake --build "$root/build-gpu" -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -n 40; exit 1; }
@@ -70,7 +78,9 @@ for step in "${steps[@]}"; do
     # The many-rows GEMMs run only on large systems: racecheck them on the 40-molecule system alone
     # (NNP_TEST_QUICK=large; no cluster kernel runs there, see sanitize-integrators).
     NNP_TEST_QUICK=large timeout 300 compute-sanitizer --tool racecheck --kernel-name kns=k_gemm_big --error-exitcode 9 "$root/build-gpu/core/tests/test_cuda" > "$out/sanitizer-racecheck-big.log" 2>&1
-    echo "compute-sanitizer racecheck (k_gemm_big*) on test_cuda (large system): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-big.log" | tail -n 1))" ;;
+    echo "compute-sanitizer racecheck (k_gemm_big*) on test_cuda (large system): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-big.log" | tail -n 1))"
+    sanitize_tensornet ;;
+  sanitize-tensornet) sanitize_tensornet ;;
   sanitize-large)
     # The tensor-core GEMMs (many and middle row counts) alone, when device time is short: memcheck of
     # every kernel and racecheck of k_gemm_big* on the 40- and 10-molecule systems (NNP_TEST_QUICK=large).
@@ -194,6 +204,9 @@ for step in "${steps[@]}"; do
     ;;
   bench-integrators)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_integrators" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench-integrators.txt" ;;
+  bench-tensornet)
+    [ -f "$d/tensornet-bench.nnpm" ] || xz -dc "$d/tensornet-bench.nnpm.xz" > "$d/tensornet-bench.nnpm"
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_nnp" "$d/shared" --model="$d/tensornet-bench.nnpm" ${BENCH_SIZES:-1 10 100} 2>&1 | tee "$out/bench-tensornet.txt" ;;
   bench)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench.txt" ;;
   esac

@@ -23,7 +23,7 @@ template <typename real> __device__ __forceinline__ void min_image(real& x, real
     }
 }
 
-__global__ void k_inverse_order(const int* __restrict__ order, int n, int* __restrict__ index_of) {
+static __global__ void k_inverse_order(const int* __restrict__ order, int n, int* __restrict__ index_of) {
     pdl_start();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) index_of[order[i]] = i;

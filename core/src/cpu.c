@@ -45,7 +45,7 @@ nnp_status nnp_plan_set_num_threads(nnp_plan* plan, int32_t n_threads) {
 }
 
 /* Energy and length factors from the model's units to the plan's. */
-static void plan_units(const nnp_plan* plan, double* energy_factor, double* length_angstrom) {
+void nnp_plan_units(const nnp_plan* plan, double* energy_factor, double* length_angstrom) {
     const nnp_model* model = plan->model;
     double e_unit = plan->units == NNP_UNITS_NM_KJMOL ? 1.0
                     : plan->units == NNP_UNITS_MODEL  ? model->energy_to_kjmol
@@ -63,7 +63,7 @@ nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, const doubl
     if (n > 0 && positions == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cpu: positions is NULL");
     const nnp_model* model = plan->model;
     double energy_unit, to_angstrom;
-    plan_units(plan, &energy_unit, &to_angstrom);
+    nnp_plan_units(plan, &energy_unit, &to_angstrom);
     /* plan length unit → model length unit */
     const double to_model = to_angstrom == model->length_to_angstrom ? 1.0 : to_angstrom / model->length_to_angstrom;
     for (int32_t i = 0; i < 3 * n; i++)

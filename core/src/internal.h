@@ -118,6 +118,10 @@ typedef struct nnp_cuda_base {
     double* batch_energy; /* device: n_batches per-batch energies in kJ/mol or the plan's unit */
 } nnp_cuda_base;
 
+/* The plan's units against the model's (cpu.c): energy_factor converts the model's energies into the
+   plan's energy unit; length_angstrom is the plan's length unit in Å. */
+void nnp_plan_units(const nnp_plan* plan, double* energy_factor, double* length_angstrom);
+
 /* Box checks shared by the CPU and CUDA evaluations (cpu.c). */
 nnp_status nnp_check_box(const double* box, double cutoff, double to_angstrom);
 /* Frees the plan's GPU state (core/cuda/nnp_cuda.cu: the family's cuda_free; a no-op without CUDA). */

@@ -1,0 +1,1363 @@
+/*
+ * TensorNet's CUDA evaluation: the same maths as its CPU evaluation (../tensornet.c, the
+ * specification: the formulas are at its top), in float32 or float64, for all batches at once, on
+ * the stream the caller gives. The entry points and the capture contract's checks are the generic
+ * core's (core/cuda/nnp_cuda.cu); this file holds the family's hooks.
+ *
+ * One evaluation is a fixed sequence of kernels whose sizes all come from the state made at the
+ * last evaluation outside stream capture:
+ *   positions   each atom's position (OpenMM's reordered buffers through k_inverse_order), in the
+ *               model's length unit; non-finite coordinates flagged
+ *   neighbours  one warp per atom: the atoms of its batch within the cutoff, in index order
+ *               (ballot compaction), minimum image; capacity and coincident atoms flagged
+ *   per member: embedding (k_tn_z, k_tn_embed), each interaction layer (k_tn_layer_a: Y;
+ *               k_tn_layer_b: messages, the product, the update), the output (k_tn_out: energy per
+ *               atom, and dE/dX), then with forces the layers backward (k_tn_b1: dE/dM, dE/dY and
+ *               each edge's radial filter and dE/dd; k_tn_b2: dE/dX of the layer's input by
+ *               gathering over the edges, no atomics), the embedding backward (k_tn_embed_back: dE/dd,
+ *               dE/du of every edge) and the forces (k_tn_forces: 64-bit fixed-point adds)
+ *   finish      per-batch energies in a fixed order, the total, error flags to mapped host memory
+ * Per-atom kernels run one block of TN_THREADS threads per atom, threads over the F channels; the
+ * channel mixing (linears) goes through shared memory. Every sum is formed in a fixed order and
+ * forces are integers, so the same inputs give the same bits. Inside stream capture nothing is
+ * allocated, copied from the host, synchronised or loaded.
+ */
+#include "../../../cuda/positions.cuh"
+#include "../tensornet.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The tuning of TensorNet's CUDA evaluation, in one place. */
+#define TN_THREADS 128             /* threads per atom block (a multiple of 32) */
+#define TN_NBR_WARPS 4             /* atoms per block of the neighbour search */
+#define TN_CUDA_MAX_NEIGHBORS 1024 /* neighbour slots per atom at most */
+
+#define TN_NI 10 /* irreducible components per channel: I (1), A (3), S (6) */
+__device__ __constant__ int tn_part_d[TN_NI] = {0, 1, 1, 1, 2, 2, 2, 2, 2, 2};
+
+enum { TN_FLAG_NONFINITE = 0, TN_FLAG_CAPACITY = 1, TN_FLAG_COINCIDENT = 2, TN_FLAG_ENERGY = 3, TN_FLAGS = 4 };
+static const int TN_FLAG_CLEAR[TN_FLAGS] = {0x7fffffff, 0, 0, 0};
+
+/* ------------------------------------------------------------------ device data */
+
+template <typename real> struct Lin {
+    const real *w, *wt, *b; /* w: n_out × n_in; wt: its transpose; b: n_out or NULL */
+    int n_out, n_in;
+};
+
+/* One member, by value as a kernel argument (the layers apart: TnLayer). */
+template <typename real> struct TnNet {
+    int F, R, L, H, group;
+    real cl, cu, alpha, stdv;
+    const real *means, *betas, *emb, *init_w, *init_b, *out_w, *out_b;
+    const double* atomref; /* max_z, or NULL */
+    Lin<real> emb2, dp[3], elt[3], els[2], linear, head[TN_MAX_HEAD];
+    int wide; /* the widest of 3F and the head's widths */
+};
+template <typename real> struct TnLayer {
+    Lin<real> lls[3], llt[6];
+};
+
+/* The evaluation's buffers (device pointers). Edge e = i · (cap + 1) + s of atom i: s = 0 its self
+   loop, s = k + 1 its neighbour k. */
+template <typename real> struct TnBuf {
+    typedef typename real4_of<real>::type real4;
+    int n, cap;
+    const int *z, *nbr_n, *nbr_j;
+    const real4* pos;
+    const real4* nbr_r; /* (r_j − r_i, d) */
+    const real* cq;     /* 1 + 0.1 q of each atom's batch */
+    real *Zp, *Zq, *Xe, *X, *Yirr, *Mirr, *B, *dX, *gX, *gM, *gY, *fac, *gd, *gu;
+    double* atom_e;
+};
+
+/* ------------------------------------------------------------------ device helpers */
+
+template <typename real> __device__ __forceinline__ real silu(real z) { return z / (real(1) + dexp(-z)); }
+template <typename real> __device__ __forceinline__ real silu_d(real z) {
+    const real s = real(1) / (real(1) + dexp(-z));
+    return s * (real(1) + z * (real(1) - s));
+}
+
+/* A sum over the block in a fixed order (every thread gets it). red: TN_THREADS / 32 reals. */
+template <typename real> __device__ real block_sum(real v, real* red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    __syncthreads(); /* red may still be read by an earlier call */
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    real s = 0;
+    for (int w = 0; w < TN_THREADS / 32; w++) s += red[w];
+    return s;
+}
+
+/* y = W x + b, one thread per output (x: shared). The caller synchronises. */
+template <typename real> __device__ void lin_fwd(const Lin<real>& L, const real* x, real* y) {
+    for (int o = threadIdx.x; o < L.n_out; o += TN_THREADS) {
+        real s = L.b ? L.b[o] : real(0);
+        for (int k = 0; k < L.n_in; k++) s += L.wt[(size_t)k * L.n_out + o] * x[k];
+        y[o] = s;
+    }
+}
+/* gx = Wᵀ gy, one thread per input (gy: shared). The caller synchronises. */
+template <typename real> __device__ void lin_bwd(const Lin<real>& L, const real* gy, real* gx) {
+    for (int k = threadIdx.x; k < L.n_in; k += TN_THREADS) {
+        real s = 0;
+        for (int o = 0; o < L.n_out; o++) s += L.w[(size_t)o * L.n_in + k] * gy[o];
+        gx[k] = s;
+    }
+}
+/* Channel linears on the irreducible parts, out[c] = W_part(c) T[c] (T: shared, 10F). */
+template <typename real> __device__ void chan_lin3(const Lin<real>* W, int F, const real* T, real* out) {
+    for (int q = threadIdx.x; q < TN_NI * F; q += TN_THREADS) {
+        const int c = q / F, f = q - c * F;
+        const Lin<real>& L = W[tn_part_d[c]];
+        const real* t = T + (size_t)c * F;
+        real s = 0;
+        for (int g = 0; g < F; g++) s += L.wt[(size_t)g * F + f] * t[g];
+        out[q] = s;
+    }
+}
+/* gT[c] = W_part(c)ᵀ g[c] (g: shared, 10F). */
+template <typename real> __device__ void chan_lin3_t(const Lin<real>* W, int F, const real* g, real* gT) {
+    for (int q = threadIdx.x; q < TN_NI * F; q += TN_THREADS) {
+        const int c = q / F, k = q - c * F;
+        const Lin<real>& L = W[tn_part_d[c]];
+        const real* gc = g + (size_t)c * F;
+        real s = 0;
+        for (int o = 0; o < F; o++) s += L.w[(size_t)o * F + k] * gc[o];
+        gT[q] = s;
+    }
+}
+
+/* Channel f of a per-atom block of n components (layout c · F + f). */
+template <typename real, int N> __device__ __forceinline__ void ld(const real* P, int F, int f, real (&v)[N]) {
+#pragma unroll
+    for (int c = 0; c < N; c++) v[c] = P[(size_t)c * F + f];
+}
+template <typename real, int N> __device__ __forceinline__ void st(real* P, int F, int f, const real (&v)[N]) {
+#pragma unroll
+    for (int c = 0; c < N; c++) P[(size_t)c * F + f] = v[c];
+}
+
+template <typename real> __device__ __forceinline__ void decompose(const real (&m)[9], real (&t)[TN_NI]) {
+    const real I = (m[0] + m[4] + m[8]) / real(3);
+    t[0] = I;
+    t[1] = real(0.5) * (m[1] - m[3]), t[2] = real(0.5) * (m[2] - m[6]), t[3] = real(0.5) * (m[5] - m[7]);
+    t[4] = m[0] - I, t[5] = m[4] - I, t[6] = m[8] - I;
+    t[7] = real(0.5) * (m[1] + m[3]), t[8] = real(0.5) * (m[2] + m[6]), t[9] = real(0.5) * (m[5] + m[7]);
+}
+template <typename real> __device__ __forceinline__ void decompose_adj(const real (&g)[TN_NI], real (&gm)[9]) {
+    const real tr = (g[4] + g[5] + g[6]) / real(3), i3 = g[0] / real(3);
+    gm[0] = i3 + g[4] - tr, gm[4] = i3 + g[5] - tr, gm[8] = i3 + g[6] - tr;
+    gm[1] = real(0.5) * (g[1] + g[7]), gm[3] = real(0.5) * (g[7] - g[1]);
+    gm[2] = real(0.5) * (g[2] + g[8]), gm[6] = real(0.5) * (g[8] - g[2]);
+    gm[5] = real(0.5) * (g[3] + g[9]), gm[7] = real(0.5) * (g[9] - g[3]);
+}
+template <typename real> __device__ __forceinline__ void compose(const real (&t)[TN_NI], real (&m)[9]) {
+    m[0] = t[0] + t[4], m[4] = t[0] + t[5], m[8] = t[0] + t[6];
+    m[1] = t[7] + t[1], m[3] = t[7] - t[1];
+    m[2] = t[8] + t[2], m[6] = t[8] - t[2];
+    m[5] = t[9] + t[3], m[7] = t[9] - t[3];
+}
+template <typename real> __device__ __forceinline__ void compose_adj(const real (&g)[9], real (&gt)[TN_NI]) {
+    gt[0] = g[0] + g[4] + g[8];
+    gt[4] = g[0], gt[5] = g[4], gt[6] = g[8];
+    gt[1] = g[1] - g[3], gt[7] = g[1] + g[3];
+    gt[2] = g[2] - g[6], gt[8] = g[2] + g[6];
+    gt[3] = g[5] - g[7], gt[9] = g[5] + g[7];
+}
+/* C += s A B, C += s Aᵀ B, C += s A Bᵀ (3×3, row-major) */
+template <typename real> __device__ __forceinline__ void mm_add(real s, const real (&A)[9], const real (&B)[9], real (&C)[9]) {
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 3; c++) {
+            real v = 0;
+            for (int k = 0; k < 3; k++) v += A[r * 3 + k] * B[k * 3 + c];
+            C[r * 3 + c] += s * v;
+        }
+}
+template <typename real> __device__ __forceinline__ void mm_tn_add(real s, const real (&A)[9], const real (&B)[9], real (&C)[9]) {
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 3; c++) {
+            real v = 0;
+            for (int k = 0; k < 3; k++) v += A[k * 3 + r] * B[k * 3 + c];
+            C[r * 3 + c] += s * v;
+        }
+}
+template <typename real> __device__ __forceinline__ void mm_nt_add(real s, const real (&A)[9], const real (&B)[9], real (&C)[9]) {
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 3; c++) {
+            real v = 0;
+            for (int k = 0; k < 3; k++) v += A[r * 3 + k] * B[c * 3 + k];
+            C[r * 3 + c] += s * v;
+        }
+}
+template <typename real> __device__ __forceinline__ real norm1(const real (&m)[9]) {
+    real s = 1;
+    for (int c = 0; c < 9; c++) s += m[c] * m[c];
+    return s;
+}
+
+/* Radial basis (and its derivative) at d into shared rb (drb), threads over the R functions. */
+template <typename real> __device__ void rbf_sh(const TnNet<real>& N, real d, real* rb, real* drb) {
+    real phi = 0, dphi = 0;
+    const real pi = real(TN_PI);
+    if (d < N.cu) {
+        phi = real(0.5) * (dcos(pi * d / N.cu) + real(1));
+        dphi = real(-0.5) * pi / N.cu * dsin(pi * d / N.cu);
+    }
+    const real t = dexp(N.alpha * (N.cl - d));
+    for (int r = threadIdx.x; r < N.R; r += TN_THREADS) {
+        const real x = t - N.means[r];
+        const real e = dexp(-N.betas[r] * x * x);
+        rb[r] = phi * e;
+        if (drb) drb[r] = dphi * e + phi * e * real(2) * N.alpha * N.betas[r] * t * x;
+    }
+}
+/* Cosine cutoff and its derivative at d. */
+template <typename real> __device__ __forceinline__ void cutoff_fn(const TnNet<real>& N, real d, real* c, real* dc) {
+    const real pi = real(TN_PI);
+    *c = 0, *dc = 0;
+    if (N.cl > 0) {
+        if (d > N.cl && d < N.cu) {
+            const real k = pi * real(2) / (N.cu - N.cl);
+            const real a = k * (d - N.cl) + pi;
+            *c = real(0.5) * (dcos(a) + real(1));
+            *dc = real(-0.5) * dsin(a) * k;
+        }
+    } else if (d < N.cu) {
+        *c = real(0.5) * (dcos(pi * d / N.cu) + real(1));
+        *dc = real(-0.5) * pi / N.cu * dsin(pi * d / N.cu);
+    }
+}
+template <typename real> __device__ __forceinline__ bool edge_on(const TnNet<real>& N, real d) { return d >= N.cl && d < N.cu; }
+
+/* Edge s of atom i: neighbour j, distance d, u = (r_i − r_j) / d (0 for the self loop). */
+template <typename real> __device__ __forceinline__ int edge_geometry(const TnBuf<real>& b, int i, int s, real* d, real (&u)[3]) {
+    if (s == 0) {
+        *d = 0, u[0] = u[1] = u[2] = 0;
+        return i;
+    }
+    const size_t k = (size_t)i * b.cap + (s - 1);
+    const typename real4_of<real>::type r = b.nbr_r[k];
+    *d = r.w;
+    u[0] = -r.x / r.w, u[1] = -r.y / r.w, u[2] = -r.z / r.w;
+    return b.nbr_j[k];
+}
+
+/* Shared memory: one arena per block, taken in order. */
+template <typename real> struct Arena {
+    real* p;
+    __device__ real* take(size_t n) {
+        real* q = p;
+        p += (n + 1) / 2 * 2; /* keeps 16-byte alignment for doubles' pairs and floats' quads loosely */
+        return q;
+    }
+};
+
+/* The interaction layer's radial MLP at d (block): fac = SiLU(L₃ SiLU(L₂ SiLU(L₁ rbf))) · C(d),
+   keeping rb, drb (if non-NULL), h1, h2, h3 (pre-activations) for the backward pass; a: 2F work. */
+template <typename real>
+__device__ void edge_mlp(const TnNet<real>& N, const TnLayer<real>& Ly, real d, real* rb, real* drb, real* h1, real* h2, real* h3,
+                         real* a, real* fac) {
+    const int F = N.F;
+    rbf_sh(N, d, rb, drb);
+    __syncthreads();
+    lin_fwd(Ly.lls[0], rb, h1);
+    __syncthreads();
+    for (int k = threadIdx.x; k < F; k += TN_THREADS) a[k] = silu(h1[k]);
+    __syncthreads();
+    lin_fwd(Ly.lls[1], a, h2);
+    __syncthreads();
+    for (int k = threadIdx.x; k < 2 * F; k += TN_THREADS) a[k] = silu(h2[k]);
+    __syncthreads();
+    lin_fwd(Ly.lls[2], a, h3);
+    __syncthreads();
+    real c, dc;
+    cutoff_fn(N, d, &c, &dc);
+    for (int k = threadIdx.x; k < 3 * F; k += TN_THREADS) fac[k] = silu(h3[k]) * c;
+}
+
+/* dE/dd of the radial MLP given dE/dfac (gfac, shared); keep as left by edge_mlp; work: 6F + R. */
+template <typename real>
+__device__ real edge_mlp_back(const TnNet<real>& N, const TnLayer<real>& Ly, real d, const real* gfac, const real* drb, const real* h1,
+                              const real* h2, const real* h3, real* work, real* red) {
+    const int F = N.F;
+    real c, dc;
+    cutoff_fn(N, d, &c, &dc);
+    real *g3 = work, *g2 = g3 + 3 * F, *g1 = g2 + 2 * F, *grb = g1 + F;
+    real part = 0;
+    for (int k = threadIdx.x; k < 3 * F; k += TN_THREADS) {
+        part += gfac[k] * silu(h3[k]);
+        g3[k] = gfac[k] * c * silu_d(h3[k]);
+    }
+    const real gc = block_sum(part, red); /* also the barrier after g3 */
+    lin_bwd(Ly.lls[2], g3, g2);
+    for (int k = threadIdx.x; k < 2 * F; k += TN_THREADS) g2[k] *= silu_d(h2[k]);
+    __syncthreads();
+    lin_bwd(Ly.lls[1], g2, g1);
+    for (int k = threadIdx.x; k < F; k += TN_THREADS) g1[k] *= silu_d(h1[k]);
+    __syncthreads();
+    lin_bwd(Ly.lls[0], g1, grb);
+    part = 0;
+    for (int r = threadIdx.x; r < N.R; r += TN_THREADS) part += grb[r] * drb[r];
+    return gc * dc + block_sum(part, red);
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+template <typename real>
+__global__ void k_tn_positions(const void* __restrict__ positions, int format, const int* __restrict__ index_of,
+                               const int* __restrict__ particle, int n, real to_unit, typename real4_of<real>::type* __restrict__ pos,
+                               int* __restrict__ force_index, int* __restrict__ flags) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int at;
+    bool finite;
+    pos[i] = load_position<real>(positions, format, index_of, particle[i], to_unit, &at, &finite);
+    force_index[i] = at;
+    if (!finite) atomicMin(&flags[TN_FLAG_NONFINITE], i);
+}
+
+/* One warp per atom: the atoms of its batch within rc (d² ≤ rc²), in index order. */
+template <typename real>
+__global__ void __launch_bounds__(32 * TN_NBR_WARPS)
+    k_tn_neighbors(const typename real4_of<real>::type* __restrict__ pos, const int* __restrict__ batch, const int* __restrict__ order,
+                   const int* __restrict__ batch_start, int n, int cap, real rc2, Box<real> box, int* __restrict__ nbr_n,
+                   int* __restrict__ nbr_j, typename real4_of<real>::type* __restrict__ nbr_r, int* __restrict__ flags) {
+    const int i = blockIdx.x * TN_NBR_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (i >= n) return;
+    const typename real4_of<real>::type ri = pos[i];
+    const int b = batch[i], q0 = batch_start[b], q1 = batch_start[b + 1];
+    int found = 0;
+    for (int base = q0; base < q1; base += 32) {
+        const int q = base + lane;
+        bool hit = false;
+        int j = -1;
+        real dx = 0, dy = 0, dz = 0, d2 = 0;
+        if (q < q1) {
+            j = order[q];
+            if (j != i) {
+                const typename real4_of<real>::type rj = pos[j];
+                dx = rj.x - ri.x, dy = rj.y - ri.y, dz = rj.z - ri.z;
+                min_image(dx, dy, dz, box);
+                d2 = dx * dx + dy * dy + dz * dz;
+                hit = d2 <= rc2;
+                if (hit && d2 == 0) atomicMax(&flags[TN_FLAG_COINCIDENT], 1);
+            }
+        }
+        const unsigned mask = __ballot_sync(0xffffffffu, hit);
+        const int slot = found + __popc(mask & ((1u << lane) - 1));
+        if (hit && slot < cap) {
+            const size_t k = (size_t)i * cap + slot;
+            nbr_j[k] = j;
+            typename real4_of<real>::type r;
+            r.x = dx, r.y = dy, r.z = dz, r.w = dsqrt(d2);
+            nbr_r[k] = r;
+        }
+        found += __popc(mask);
+    }
+    if (lane == 0) {
+        nbr_n[i] = found < cap ? found : cap;
+        if (found > cap) atomicMax(&flags[TN_FLAG_CAPACITY], found);
+    }
+}
+
+/* Z_ij = emb2(emb(z_i) ‖ emb(z_j)) split per atom: Zp_i = W_p e_i + b, Zq_j = W_q e_j. */
+template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_z(const TnNet<real> N, const TnBuf<real> b) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    real* e = (real*)tn_smem;
+    const int i = blockIdx.x, F = N.F;
+    const real* row = N.emb + (size_t)b.z[i] * F;
+    for (int k = threadIdx.x; k < F; k += TN_THREADS) e[k] = row[k];
+    __syncthreads();
+    for (int o = threadIdx.x; o < F; o += TN_THREADS) {
+        real p = N.emb2.b[o], q = 0;
+        for (int k = 0; k < F; k++) p += N.emb2.wt[(size_t)k * F + o] * e[k], q += N.emb2.wt[(size_t)(F + k) * F + o] * e[k];
+        b.Zp[(size_t)i * F + o] = p, b.Zq[(size_t)i * F + o] = q;
+    }
+}
+
+/* The embedding's per-atom part (block): from Xe (shared, 9F) to X (global, 9F; NULL: not
+   written), keeping T 10F, xhat F, h1 2F, h2 3F, nrm 3F, WT 10F and rstd for the backward pass. */
+template <typename real> struct EmbedKeep {
+    real *T, *xhat, *h1, *h2, *nrm, *WT, *work, *red;
+    real rstd;
+};
+template <typename real> __device__ void embed_atom(const TnNet<real>& N, const real* Xe, real* X, EmbedKeep<real>& k) {
+    const int F = N.F;
+    real part = 0;
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real m[9], t[TN_NI];
+        ld(Xe, F, f, m);
+        decompose(m, t);
+        st(k.T, F, f, t);
+        real s = 0;
+        for (int c = 0; c < 9; c++) s += m[c] * m[c];
+        k.xhat[f] = s; /* |Xe|² first, normalised below */
+        part += s;
+    }
+    const real mean = block_sum(part, k.red) / real(F);
+    part = 0;
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) part += (k.xhat[f] - mean) * (k.xhat[f] - mean);
+    const real var = block_sum(part, k.red) / real(F);
+    const real r = real(1) / dsqrt(var + real(TN_LN_EPS));
+    k.rstd = r;
+    real* ln = k.work;
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        k.xhat[f] = (k.xhat[f] - mean) * r;
+        ln[f] = k.xhat[f] * N.init_w[f] + N.init_b[f];
+    }
+    __syncthreads();
+    lin_fwd(N.els[0], ln, k.h1);
+    __syncthreads();
+    real* a = k.work;
+    for (int q = threadIdx.x; q < 2 * F; q += TN_THREADS) a[q] = silu(k.h1[q]);
+    __syncthreads();
+    lin_fwd(N.els[1], a, k.h2);
+    __syncthreads();
+    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) k.nrm[q] = silu(k.h2[q]);
+    chan_lin3(N.elt, F, k.T, k.WT);
+    __syncthreads();
+    if (X == NULL) return;
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real t[TN_NI], m[9];
+        for (int c = 0; c < TN_NI; c++) t[c] = k.nrm[tn_part_d[c] * F + f] * k.WT[c * F + f];
+        compose(t, m);
+        st(X, F, f, m);
+    }
+}
+
+template <typename real> __device__ EmbedKeep<real> embed_keep(Arena<real>& A, int F, real* red) {
+    EmbedKeep<real> k;
+    k.T = A.take(10 * F), k.xhat = A.take(F), k.h1 = A.take(2 * F), k.h2 = A.take(3 * F), k.nrm = A.take(3 * F);
+    k.WT = A.take(10 * F), k.work = A.take(2 * F), k.red = red, k.rstd = 0;
+    return k;
+}
+
+/* The embedding: Xe_i = Σ_j w_1 Id + skew(w_2 u) + w_3 (u uᵀ − |u|²/3 Id), then embed_atom. */
+template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embed(const TnNet<real> N, const TnBuf<real> b) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    Arena<real> A = {(real*)tn_smem};
+    const int i = blockIdx.x, F = N.F;
+    real* red = A.take(TN_THREADS / 32);
+    real* Xe = A.take(9 * F);
+    real* rb = A.take(N.R);
+    for (int q = threadIdx.x; q < 9 * F; q += TN_THREADS) Xe[q] = 0;
+    const int ns = 1 + b.nbr_n[i];
+    for (int s = 0; s < ns; s++) {
+        real d, u[3];
+        const int j = edge_geometry(b, i, s, &d, u);
+        if (s > 0 && !edge_on(N, d)) continue;
+        real c, dc;
+        cutoff_fn(N, d, &c, &dc);
+        if (c == 0) continue;
+        __syncthreads(); /* the previous edge's rb has been read */
+        rbf_sh(N, d, rb, (real*)NULL);
+        __syncthreads();
+        const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
+        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+            const real C = c * (b.Zp[(size_t)i * F + f] + b.Zq[(size_t)j * F + f]);
+            real w[3];
+            for (int q = 0; q < 3; q++) {
+                const Lin<real>& L = N.dp[q];
+                real s2 = L.b[f];
+                for (int r = 0; r < N.R; r++) s2 += L.wt[(size_t)r * F + f] * rb[r];
+                w[q] = s2 * C;
+            }
+            const real v0 = w[1] * u[0], v1 = w[1] * u[1], v2 = w[1] * u[2];
+            for (int r = 0; r < 3; r++)
+                for (int q = 0; q < 3; q++) Xe[(r * 3 + q) * F + f] += w[2] * u[r] * u[q];
+            const real diag = w[0] - w[2] * uu / real(3);
+            Xe[0 * F + f] += diag, Xe[4 * F + f] += diag, Xe[8 * F + f] += diag;
+            Xe[1 * F + f] -= v2, Xe[3 * F + f] += v2;
+            Xe[2 * F + f] += v1, Xe[6 * F + f] -= v1;
+            Xe[5 * F + f] -= v0, Xe[7 * F + f] += v0;
+        }
+    }
+    __syncthreads();
+    for (int q = threadIdx.x; q < 9 * F; q += TN_THREADS) b.Xe[(size_t)i * 9 * F + q] = Xe[q];
+    EmbedKeep<real> k = embed_keep(A, F, red);
+    embed_atom(N, Xe, b.X + (size_t)i * 9 * F, k);
+}
+
+/* Layer part A: Y = W₀(I) + W₁(A) + W₂(S) of X / (|X|² + 1). */
+template <typename real>
+__global__ void __launch_bounds__(TN_THREADS) k_tn_layer_a(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    real* T = (real*)tn_smem;
+    const int i = blockIdx.x, F = N.F;
+    const size_t at = (size_t)l * b.n + i;
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real m[9], t[TN_NI];
+        ld(b.X + at * 9 * F, F, f, m);
+        const real nx = norm1(m);
+        for (int c = 0; c < 9; c++) m[c] /= nx;
+        decompose(m, t);
+        st(T, F, f, t);
+    }
+    __syncthreads();
+    chan_lin3(Ly.llt, F, T, b.Yirr + at * TN_NI * F);
+}
+
+/* Layer part B: messages M_i = Σ_j f(d_ij) ⊙ Y_j, the product with Y_i, the update of X. */
+template <typename real>
+__global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    Arena<real> A = {(real*)tn_smem};
+    const int i = blockIdx.x, F = N.F;
+    const size_t at = (size_t)l * b.n + i, F10 = (size_t)TN_NI * F;
+    real *Mi = A.take(F10), *rb = A.take(N.R), *h1 = A.take(F), *h2 = A.take(2 * F), *h3 = A.take(3 * F), *a = A.take(2 * F),
+         *fac = A.take(3 * F), *T = A.take(F10);
+    for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) Mi[q] = 0;
+    const int ns = 1 + b.nbr_n[i];
+    for (int s = 0; s < ns; s++) {
+        real d, u[3];
+        const int j = edge_geometry(b, i, s, &d, u);
+        if (s > 0 && !edge_on(N, d)) continue;
+        __syncthreads(); /* the previous edge's fac has been read */
+        edge_mlp(N, Ly, d, rb, (real*)NULL, h1, h2, h3, a, fac);
+        __syncthreads();
+        const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
+        for (int f = threadIdx.x; f < F; f += TN_THREADS)
+            for (int c = 0; c < TN_NI; c++) Mi[c * F + f] += fac[tn_part_d[c] * F + f] * Yj[c * F + f];
+    }
+    __syncthreads();
+    const real cq = b.cq[i];
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real mt[TN_NI], yt[TN_NI], msg[9], Y[9], B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        ld(Mi, F, f, mt);
+        st(b.Mirr + at * F10, F, f, mt);
+        ld(b.Yirr + at * F10, F, f, yt);
+        compose(mt, msg);
+        compose(yt, Y);
+        if (N.group == TN_GROUP_O3) {
+            mm_add(cq, msg, Y, B);
+            mm_add(cq, Y, msg, B);
+        } else {
+            mm_add(real(2), Y, msg, B);
+        }
+        st(b.B + at * 9 * F, F, f, B);
+        const real nb = norm1(B);
+        real Cn[9], t[TN_NI];
+        for (int c = 0; c < 9; c++) Cn[c] = B[c] / nb;
+        decompose(Cn, t);
+        st(T, F, f, t);
+    }
+    __syncthreads();
+    chan_lin3(Ly.llt + 3, F, T, Mi); /* D, irreducible parts (Mi is free) */
+    __syncthreads();
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real Dt[TN_NI], dX[9], X[9];
+        ld(Mi, F, f, Dt);
+        compose(Dt, dX);
+        st(b.dX + at * 9 * F, F, f, dX);
+        ld(b.X + at * 9 * F, F, f, X);
+        const real nx = norm1(X);
+        real Xo[9];
+        for (int c = 0; c < 9; c++) Xo[c] = X[c] / nx + dX[c];
+        mm_add(cq, dX, dX, Xo);
+        st(b.X + ((size_t)(l + 1) * b.n + i) * 9 * F, F, f, Xo);
+    }
+}
+
+/* The output: x = LayerNorm(3|I|², |A|², |S|²), h = SiLU(W x + b), the head, · std + atomref; the
+   atom's energy × scale added to atom_e; with forces, dE/dX of the last layer into gX. */
+template <typename real>
+__global__ void __launch_bounds__(TN_THREADS) k_tn_out(const TnNet<real> N, const TnBuf<real> b, double scale, int forces) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    Arena<real> A = {(real*)tn_smem};
+    const int i = blockIdx.x, F = N.F, H = N.H;
+    real* red = A.take(TN_THREADS / 32);
+    real *T = A.take(10 * F), *x = A.take(3 * F), *xhat = A.take(3 * F), *y = A.take(3 * F), *yl = A.take(F), *h = A.take(F);
+    int total = 0;
+    for (int k = 0; k < H; k++) total += N.head[k].n_out;
+    real *outs = A.take(total), *ga = A.take(N.wide), *gb = A.take(N.wide);
+    const real* X = b.X + ((size_t)N.L * b.n + i) * 9 * F;
+    real part = 0;
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real m[9], t[TN_NI];
+        ld(X, F, f, m);
+        decompose(m, t);
+        st(T, F, f, t);
+        x[f] = real(3) * t[0] * t[0];
+        x[F + f] = real(2) * (t[1] * t[1] + t[2] * t[2] + t[3] * t[3]);
+        x[2 * F + f] = t[4] * t[4] + t[5] * t[5] + t[6] * t[6] + real(2) * (t[7] * t[7] + t[8] * t[8] + t[9] * t[9]);
+        part += x[f] + x[F + f] + x[2 * F + f];
+    }
+    const real mean = block_sum(part, red) / real(3 * F);
+    part = 0;
+    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
+        part += (x[q] - mean) * (x[q] - mean); /* x is complete: block_sum synchronised */
+    }
+    const real var = block_sum(part, red) / real(3 * F);
+    const real rstd = real(1) / dsqrt(var + real(TN_LN_EPS));
+    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
+        xhat[q] = (x[q] - mean) * rstd;
+        y[q] = xhat[q] * N.out_w[q] + N.out_b[q];
+    }
+    __syncthreads();
+    lin_fwd(N.linear, y, yl);
+    __syncthreads();
+    for (int k = threadIdx.x; k < F; k += TN_THREADS) h[k] = silu(yl[k]);
+    __syncthreads();
+    /* the head: outs holds each layer's pre-activation; ga the current layer's input */
+    const real* in = h;
+    int off = 0;
+    for (int k = 0; k < H; k++) {
+        lin_fwd(N.head[k], in, outs + off);
+        __syncthreads();
+        if (k < H - 1) {
+            for (int c = threadIdx.x; c < N.head[k].n_out; c += TN_THREADS) ga[c] = silu(outs[off + c]);
+            __syncthreads();
+            /* the next layer reads ga: copy it aside so that its output may not overwrite it */
+            for (int c = threadIdx.x; c < N.head[k].n_out; c += TN_THREADS) gb[c] = ga[c];
+            __syncthreads();
+            in = gb;
+        }
+        off += N.head[k].n_out;
+    }
+    const int z = b.z[i];
+    if (threadIdx.x == 0) {
+        const double e = (double)outs[off - 1] * (double)N.stdv + (N.atomref ? N.atomref[z] : 0.0);
+        b.atom_e[i] += scale * e;
+    }
+    if (!forces) return;
+    /* backward through the head: ga = dE/d(pre-activation) */
+    if (threadIdx.x == 0) ga[0] = N.stdv;
+    __syncthreads();
+    for (int k = H - 1; k >= 0; k--) {
+        off -= N.head[k].n_out;
+        lin_bwd(N.head[k], ga, gb); /* dE/d(input of layer k) */
+        __syncthreads();
+        const int n_in = N.head[k].n_in;
+        const real* pre = k > 0 ? outs + off - N.head[k - 1].n_out : yl;
+        for (int c = threadIdx.x; c < n_in; c += TN_THREADS) ga[c] = gb[c] * silu_d(pre[c]);
+        __syncthreads();
+    }
+    lin_bwd(N.linear, ga, gb); /* dE/dy, 3F */
+    part = 0;
+    real part2 = 0;
+    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
+        const real g = gb[q] * N.out_w[q];
+        part += g, part2 += g * xhat[q];
+    }
+    const real m1 = block_sum(part, red) / real(3 * F);
+    const real m2 = block_sum(part2, red) / real(3 * F);
+    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) ga[q] = rstd * (gb[q] * N.out_w[q] - m1 - xhat[q] * m2);
+    __syncthreads();
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real t[TN_NI], gT[TN_NI], g[9];
+        ld(T, F, f, t);
+        gT[0] = real(6) * t[0] * ga[f];
+        for (int c = 1; c <= 3; c++) gT[c] = real(4) * t[c] * ga[F + f];
+        for (int c = 4; c <= 6; c++) gT[c] = real(2) * t[c] * ga[2 * F + f];
+        for (int c = 7; c <= 9; c++) gT[c] = real(4) * t[c] * ga[2 * F + f];
+        decompose_adj(gT, g);
+        st(b.gX + (size_t)i * 9 * F, F, f, g);
+    }
+}
+
+/* Layer backward part 1, atom i: from dE/dX_out (gX) to dE/dM_i (gM), the direct dE/dY_i (gY),
+   the radial filters of i's edges (fac) and dE/dd of i's edges (gd). */
+template <typename real>
+__global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    Arena<real> A = {(real*)tn_smem};
+    const int i = blockIdx.x, F = N.F;
+    const size_t at = (size_t)l * b.n + i, F10 = (size_t)TN_NI * F;
+    real* red = A.take(TN_THREADS / 32);
+    real *t10 = A.take(F10), *gT = A.take(F10), *rb = A.take(N.R), *drb = A.take(N.R), *h1 = A.take(F), *h2 = A.take(2 * F),
+         *h3 = A.take(3 * F), *a = A.take(2 * F), *gfac = A.take(3 * F), *work = A.take(6 * F + N.R);
+    const real cq = b.cq[i];
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real gXo[9], dX[9], gdX[9], t[TN_NI];
+        ld(b.gX + (size_t)i * 9 * F, F, f, gXo);
+        ld(b.dX + at * 9 * F, F, f, dX);
+        for (int c = 0; c < 9; c++) gdX[c] = gXo[c];
+        mm_nt_add(cq, gXo, dX, gdX);
+        mm_tn_add(cq, dX, gXo, gdX);
+        compose_adj(gdX, t);
+        st(t10, F, f, t);
+    }
+    __syncthreads();
+    chan_lin3_t(Ly.llt + 3, F, t10, gT);
+    __syncthreads();
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real g[TN_NI], gCn[9], B[9], gB[9], mt[TN_NI], yt[TN_NI], msg[9], Y[9];
+        ld(gT, F, f, g);
+        decompose_adj(g, gCn);
+        ld(b.B + at * 9 * F, F, f, B);
+        real nc = 1, dot = 0;
+        for (int c = 0; c < 9; c++) nc += B[c] * B[c], dot += gCn[c] * B[c];
+        for (int c = 0; c < 9; c++) gB[c] = gCn[c] / nc - real(2) * B[c] * dot / (nc * nc);
+        ld(b.Mirr + at * F10, F, f, mt);
+        ld(b.Yirr + at * F10, F, f, yt);
+        compose(mt, msg);
+        compose(yt, Y);
+        real gmsg[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, gYf[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        if (N.group == TN_GROUP_O3) {
+            mm_nt_add(cq, gB, Y, gmsg);
+            mm_tn_add(cq, Y, gB, gmsg);
+            mm_tn_add(cq, msg, gB, gYf);
+            mm_nt_add(cq, gB, msg, gYf);
+        } else {
+            mm_nt_add(real(2), gB, msg, gYf);
+            mm_tn_add(real(2), Y, gB, gmsg);
+        }
+        real o[TN_NI];
+        compose_adj(gmsg, o);
+        st(b.gM + (size_t)i * F10, F, f, o);
+        compose_adj(gYf, o);
+        st(b.gY + (size_t)i * F10, F, f, o);
+    }
+    const real* gMi = b.gM + (size_t)i * F10; /* each thread reads back only its own channels */
+    const int ns = 1 + b.nbr_n[i];
+    const size_t e0 = (size_t)i * (b.cap + 1);
+    for (int s = 0; s < ns; s++) {
+        real d, u[3];
+        const int j = edge_geometry(b, i, s, &d, u);
+        if (s > 0 && !edge_on(N, d)) continue;
+        real* fe = b.fac + (e0 + s) * 3 * F;
+        __syncthreads();
+        edge_mlp(N, Ly, d, rb, drb, h1, h2, h3, a, fe);
+        if (s == 0) continue; /* the self loop does not move */
+        const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
+        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+            real g3[3] = {0, 0, 0};
+            for (int c = 0; c < TN_NI; c++) g3[tn_part_d[c]] += gMi[c * F + f] * Yj[c * F + f];
+            gfac[f] = g3[0], gfac[F + f] = g3[1], gfac[2 * F + f] = g3[2];
+        }
+        __syncthreads();
+        const real gd = edge_mlp_back(N, Ly, d, gfac, drb, h1, h2, h3, work, red);
+        if (threadIdx.x == 0) b.gd[e0 + s] += gd;
+    }
+}
+
+/* Layer backward part 2, atom j: dE/dY_j from every message that read Y_j, then dE/dX_in. */
+template <typename real>
+__global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    Arena<real> A = {(real*)tn_smem};
+    const int j = blockIdx.x, F = N.F;
+    const size_t at = (size_t)l * b.n + j, F10 = (size_t)TN_NI * F;
+    real *gYt = A.take(F10), *gT = A.take(F10);
+    for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) gYt[q] = b.gY[(size_t)j * F10 + q];
+    const int ns = 1 + b.nbr_n[j];
+    const size_t e0 = (size_t)j * (b.cap + 1);
+    for (int s = 0; s < ns; s++) {
+        real d, u[3];
+        const int i = edge_geometry(b, j, s, &d, u);
+        if (s > 0 && !edge_on(N, d)) continue;
+        /* the filter of edge (j, i) equals that of (i, j): the same distance */
+        const real* fe = b.fac + (e0 + s) * 3 * F;
+        const real* gMi = b.gM + (size_t)i * F10;
+        for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) {
+            const int c = q / F, f = q - c * F;
+            gYt[q] += fe[tn_part_d[c] * F + f] * gMi[q];
+        }
+    }
+    __syncthreads();
+    chan_lin3_t(Ly.llt, F, gYt, gT);
+    __syncthreads();
+    real* gX = b.gX + (size_t)j * 9 * F;
+    const real* X = b.X + at * 9 * F;
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real g[TN_NI], gXn[9], x[9], go[9];
+        ld(gT, F, f, g);
+        decompose_adj(g, gXn);
+        ld(X, F, f, x);
+        ld(gX, F, f, go);
+        real nx = 1, dot = 0;
+        for (int c = 0; c < 9; c++) {
+            gXn[c] += go[c]; /* Xout = Xn + ...: the direct path */
+            nx += x[c] * x[c];
+            dot += gXn[c] * x[c];
+        }
+        for (int c = 0; c < 9; c++) go[c] = gXn[c] / nx - real(2) * x[c] * dot / (nx * nx);
+        st(gX, F, f, go);
+    }
+}
+
+/* Embedding backward, atom i: from dE/dX (gX) to dE/dd and dE/du of i's edges. */
+template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embed_back(const TnNet<real> N, const TnBuf<real> b) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    Arena<real> A = {(real*)tn_smem};
+    const int i = blockIdx.x, F = N.F, R = N.R;
+    real* red = A.take(TN_THREADS / 32);
+    real* Xe = A.take(9 * F);
+    for (int q = threadIdx.x; q < 9 * F; q += TN_THREADS) Xe[q] = b.Xe[(size_t)i * 9 * F + q];
+    __syncthreads();
+    EmbedKeep<real> k = embed_keep(A, F, red);
+    embed_atom(N, Xe, (real*)NULL, k);
+    real *gn = A.take(3 * F), *gWT = A.take(10 * F), *gT = A.take(10 * F), *g1 = A.take(2 * F), *gln = A.take(F), *gXe = A.take(9 * F),
+         *rb = A.take(R), *drb = A.take(R), *grb = A.take(R), *pk = A.take(3 * F), *gp = A.take(3 * F);
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real m[9], gx[TN_NI];
+        ld(b.gX + (size_t)i * 9 * F, F, f, m);
+        compose_adj(m, gx);
+        real g3[3] = {0, 0, 0};
+        for (int c = 0; c < TN_NI; c++) {
+            const int q = tn_part_d[c];
+            g3[q] += gx[c] * k.WT[c * F + f];
+            gWT[c * F + f] = k.nrm[q * F + f] * gx[c];
+        }
+        for (int q = 0; q < 3; q++) gn[q * F + f] = g3[q] * silu_d(k.h2[q * F + f]);
+    }
+    __syncthreads();
+    chan_lin3_t(N.elt, F, gWT, gT);
+    lin_bwd(N.els[1], gn, g1);
+    __syncthreads();
+    for (int q = threadIdx.x; q < 2 * F; q += TN_THREADS) g1[q] *= silu_d(k.h1[q]);
+    __syncthreads();
+    lin_bwd(N.els[0], g1, gln);
+    real part = 0, part2 = 0;
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        const real g = gln[f] * N.init_w[f];
+        part += g, part2 += g * k.xhat[f];
+    }
+    const real m1 = block_sum(part, red) / real(F);
+    const real m2 = block_sum(part2, red) / real(F);
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        const real gtn = k.rstd * (gln[f] * N.init_w[f] - m1 - k.xhat[f] * m2);
+        real g[TN_NI], gm[9];
+        ld(gT, F, f, g);
+        decompose_adj(g, gm);
+        for (int c = 0; c < 9; c++) gXe[c * F + f] = gm[c] + real(2) * Xe[c * F + f] * gtn;
+    }
+    const int ns = 1 + b.nbr_n[i];
+    const size_t e0 = (size_t)i * (b.cap + 1);
+    for (int s = 1; s < ns; s++) {
+        real d, u[3];
+        const int j = edge_geometry(b, i, s, &d, u);
+        if (!edge_on(N, d)) continue;
+        real c, dc;
+        cutoff_fn(N, d, &c, &dc);
+        __syncthreads(); /* gXe written, the previous edge's rb, pk, gp read */
+        rbf_sh(N, d, rb, drb);
+        __syncthreads();
+        for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
+            const int p = q / F, f = q - p * F;
+            const Lin<real>& L = N.dp[p];
+            real s2 = L.b[f];
+            for (int r = 0; r < R; r++) s2 += L.wt[(size_t)r * F + f] * rb[r];
+            pk[q] = s2;
+        }
+        __syncthreads();
+        const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
+        real gu[3] = {0, 0, 0}, gcut = 0;
+        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+            real G[9];
+            ld(gXe, F, f, G);
+            const real zij = b.Zp[(size_t)i * F + f] + b.Zq[(size_t)j * F + f], Cf = c * zij;
+            const real w2 = pk[F + f] * Cf, w3 = pk[2 * F + f] * Cf;
+            const real tr = G[0] + G[4] + G[8];
+            const real gv[3] = {G[7] - G[5], G[2] - G[6], G[3] - G[1]};
+            real Gu[3];
+            for (int r = 0; r < 3; r++)
+                Gu[r] = (G[r * 3 + 0] + G[0 * 3 + r]) * u[0] + (G[r * 3 + 1] + G[1 * 3 + r]) * u[1] + (G[r * 3 + 2] + G[2 * 3 + r]) * u[2];
+            const real uGu = real(0.5) * (Gu[0] * u[0] + Gu[1] * u[1] + Gu[2] * u[2]);
+            const real gw1 = tr, gw2 = gv[0] * u[0] + gv[1] * u[1] + gv[2] * u[2], gw3 = uGu - uu * tr / real(3);
+            for (int r = 0; r < 3; r++) gu[r] += w2 * gv[r] + w3 * (Gu[r] - real(2) / real(3) * u[r] * tr);
+            gp[f] = gw1 * Cf, gp[F + f] = gw2 * Cf, gp[2 * F + f] = gw3 * Cf;
+            gcut += (gw1 * pk[f] + gw2 * pk[F + f] + gw3 * pk[2 * F + f]) * zij;
+        }
+        const real gcs = block_sum(gcut, red); /* also the barrier after gp */
+        const real gu0 = block_sum(gu[0], red), gu1 = block_sum(gu[1], red), gu2 = block_sum(gu[2], red);
+        for (int r = threadIdx.x; r < R; r += TN_THREADS) {
+            real s2 = 0;
+            for (int p = 0; p < 3; p++) {
+                const Lin<real>& L = N.dp[p];
+                for (int o = 0; o < F; o++) s2 += L.w[(size_t)o * R + r] * gp[p * F + o];
+            }
+            grb[r] = s2 * drb[r];
+        }
+        real part3 = 0;
+        for (int r = threadIdx.x; r < R; r += TN_THREADS) part3 += grb[r];
+        const real gd = gcs * dc + block_sum(part3, red);
+        if (threadIdx.x == 0) {
+            b.gd[e0 + s] += gd;
+            b.gu[(e0 + s) * 3 + 0] += gu0, b.gu[(e0 + s) * 3 + 1] += gu1, b.gu[(e0 + s) * 3 + 2] += gu2;
+        }
+    }
+}
+
+/* Forces of one member: each edge's dE/dd and dE/du as functions of r_i and r_j, fixed point. */
+template <typename real>
+__global__ void k_tn_forces(const TnBuf<real> b, double factor, const int* __restrict__ force_index, unsigned long long* __restrict__ out,
+                            long long stride) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= b.n) return;
+    const int ns = 1 + b.nbr_n[i];
+    const size_t e0 = (size_t)i * (b.cap + 1);
+    double fi[3] = {0, 0, 0};
+    const int ti = force_index ? force_index[i] : i;
+    for (int s = 1; s < ns; s++) {
+        real d, u[3];
+        const int j = edge_geometry(b, i, s, &d, u);
+        const double gd = b.gd[e0 + s];
+        const double gu[3] = {b.gu[(e0 + s) * 3], b.gu[(e0 + s) * 3 + 1], b.gu[(e0 + s) * 3 + 2]};
+        if (gd == 0 && gu[0] == 0 && gu[1] == 0 && gu[2] == 0) continue;
+        const double gu_u = gu[0] * u[0] + gu[1] * u[1] + gu[2] * u[2];
+        const int tj = force_index ? force_index[j] : j;
+        for (int c = 0; c < 3; c++) {
+            /* the edge's dE/dr_i is +(...), its dE/dr_j −(...); factor = −(units) · scale: forces */
+            const double f = factor * (gd * u[c] + (gu[c] - gu_u * u[c]) / d);
+            fi[c] += f;
+            add_fixed(out + (size_t)tj + c * stride, -f);
+        }
+    }
+    for (int c = 0; c < 3; c++) add_fixed(out + (size_t)ti + c * stride, fi[c]);
+}
+
+__global__ void k_tn_fixed_to_xyz(const unsigned long long* __restrict__ fixed, int n, double* __restrict__ out) {
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q < 3 * n) out[q] = (double)(long long)fixed[(q % 3) * (size_t)n + q / 3] / (double)0x100000000LL;
+}
+
+/* Per-batch energies in atom order, the total, the error flags (only raised ones reach the host). */
+__global__ void __launch_bounds__(256) k_tn_finish(const double* __restrict__ atom_e, const int* __restrict__ order,
+                                                   const int* __restrict__ batch_start, int n_batches, double mean, double unit,
+                                                   double* __restrict__ batch_e, void* energy, int energy_is_double,
+                                                   int* __restrict__ flags, int* __restrict__ host_flags) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int bt = warp; bt < n_batches; bt += 8) {
+        const int q0 = batch_start[bt], q1 = batch_start[bt + 1];
+        double s = 0;
+        for (int q = q0 + lane; q < q1; q += 32) s += atom_e[order[q]];
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+        if (lane == 0) batch_e[bt] = (q1 > q0 ? s + mean : 0.0) * unit;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0;
+        bool finite = true;
+        for (int bt = 0; bt < n_batches; bt++) total += batch_e[bt];
+        finite = isfinite(total);
+        if (!finite) flags[TN_FLAG_ENERGY] = 1;
+        if (energy != NULL && finite) {
+            if (energy_is_double) *(double*)energy += total;
+            else *(float*)energy += (float)total;
+        }
+        for (int k = 0; k < TN_FLAGS; k++)
+            if (flags[k] != (k == TN_FLAG_NONFINITE ? 0x7fffffff : 0)) {
+                host_flags[k] = flags[k];
+                flags[k] = k == TN_FLAG_NONFINITE ? 0x7fffffff : 0;
+            }
+    }
+}
+
+/* ------------------------------------------------------------------ host side */
+
+typedef struct tn_cuda_state {
+    nnp_cuda_base base;
+    int precision, n, n_batches, cap, first, last;
+    size_t smem; /* dynamic shared memory of the per-atom kernels */
+    void* weights;                              /* every member's weights in the evaluation's precision */
+    void* nets;                                 /* host: TnNet<real> per member */
+    void* layers;                               /* host: TnLayer<real> per member and layer */
+    double* atomref;                            /* device: every member's atomref, double */
+    int *z, *batch, *order, *batch_start, *particle, *index_of, *force_index, *nbr_n, *nbr_j, *flags;
+    void *pos, *nbr_r, *cq, *work;              /* work: the per-atom and per-edge buffers */
+    size_t work_bytes, edge_bytes;              /* edge_bytes: the part (gd, gu) cleared per member */
+    void* gd;                                   /* start of gd, gu in work */
+    double *atom_e, mean_sum;
+    unsigned long long* fixed;                  /* forces for NNP_FORCES_XYZ_DOUBLE */
+    int* host_flags;                            /* mapped pinned memory */
+    int* host_flags_dev;
+    CUcontext context;
+} tn_cuda_state;
+
+static void tn_state_free(tn_cuda_state* s) {
+    if (s == NULL) return;
+    CUcontext pushed = NULL;
+    if (s->context != NULL && nnp_cuda_driver.loaded) nnp_cuda_driver.ctxPushCurrent(s->context), pushed = s->context;
+    void* dev[] = {s->weights, s->atomref, s->z, s->batch, s->order, s->batch_start, s->particle, s->index_of, s->force_index,
+                   s->nbr_n, s->nbr_j, s->flags, s->pos, s->nbr_r, s->cq, s->work, s->atom_e, s->fixed, s->base.batch_energy};
+    for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
+        if (dev[k]) cudaFree(dev[k]);
+    if (s->host_flags) cudaFreeHost(s->host_flags);
+    if (pushed) {
+        CUcontext popped;
+        nnp_cuda_driver.ctxPopCurrent(&popped);
+    }
+    free(s->nets);
+    free(s->layers);
+    free(s);
+}
+
+#define TN_ALLOC(ptr, bytes)                                                                                  \
+    do {                                                                                                      \
+        if (cudaMalloc((void**)&(ptr), (bytes) > 0 ? (bytes) : 16) != cudaSuccess) {                          \
+            cudaGetLastError();                                                                               \
+            return nnp_fail(NNP_ERR_MEMORY, "out of GPU memory for TensorNet (%zu bytes)", (size_t)(bytes)); \
+        }                                                                                                     \
+    } while (0)
+#define TN_UPLOAD(dst, src, bytes) CUDA_TRY(cudaMemcpy((dst), (src), (bytes), cudaMemcpyHostToDevice))
+
+/* Every member's weights converted to real, with transposes; the device descriptors. */
+template <typename real> static nnp_status tn_upload_weights(const tn_model* tm, tn_cuda_state* s) {
+    /* A first pass counts, a second copies (the same walk). */
+    real* host = NULL;
+    size_t used = 0;
+    TnNet<real>* nets = (TnNet<real>*)calloc((size_t)(s->last - s->first), sizeof(TnNet<real>));
+    TnLayer<real>* layers = (TnLayer<real>*)calloc((size_t)(s->last - s->first) * TN_MAX_LAYERS, sizeof(TnLayer<real>));
+    if (nets == NULL || layers == NULL) {
+        free(nets), free(layers);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    }
+    s->nets = nets, s->layers = layers;
+    real* base = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        used = 0;
+        auto arr = [&](const double* v, size_t n) -> const real* {
+            const size_t at = used;
+            used += (n + 1) / 2 * 2;
+            if (pass == 1 && v != NULL)
+                for (size_t q = 0; q < n; q++) host[at + q] = (real)v[q];
+            return base + at;
+        };
+        auto lin = [&](const tn_linear& L) -> Lin<real> {
+            Lin<real> o;
+            o.n_out = L.n_out, o.n_in = L.n_in;
+            o.w = arr(L.w, (size_t)L.n_out * L.n_in);
+            const size_t at = used;
+            used += ((size_t)L.n_out * L.n_in + 1) / 2 * 2;
+            if (pass == 1)
+                for (int r = 0; r < L.n_out; r++)
+                    for (int c = 0; c < L.n_in; c++) host[at + (size_t)c * L.n_out + r] = (real)L.w[(size_t)r * L.n_in + c];
+            o.wt = base + at;
+            o.b = L.b ? arr(L.b, (size_t)L.n_out) : NULL;
+            return o;
+        };
+        for (int k = s->first; k < s->last; k++) {
+            const tn_member* m = &tm->members[k];
+            TnNet<real>& N = nets[k - s->first];
+            N.F = m->F, N.R = m->R, N.L = m->L, N.H = m->n_head, N.group = m->group;
+            N.cl = (real)m->cl, N.cu = (real)m->cu, N.alpha = (real)m->alpha, N.stdv = (real)m->std;
+            N.means = arr(m->means, (size_t)m->R), N.betas = arr(m->betas, (size_t)m->R);
+            N.emb = arr(m->emb, (size_t)m->max_z * m->F);
+            N.init_w = arr(m->init_w, (size_t)m->F), N.init_b = arr(m->init_b, (size_t)m->F);
+            N.out_w = arr(m->out_w, (size_t)3 * m->F), N.out_b = arr(m->out_b, (size_t)3 * m->F);
+            N.emb2 = lin(m->emb2);
+            for (int q = 0; q < 3; q++) N.dp[q] = lin(m->dp[q]), N.elt[q] = lin(m->elt[q]);
+            for (int q = 0; q < 2; q++) N.els[q] = lin(m->els[q]);
+            N.linear = lin(m->linear);
+            N.wide = 3 * m->F;
+            for (int h = 0; h < m->n_head; h++) {
+                N.head[h] = lin(m->head[h]);
+                if (m->head[h].n_out > N.wide) N.wide = m->head[h].n_out;
+                if (m->head[h].n_in > N.wide) N.wide = m->head[h].n_in;
+            }
+            for (int l = 0; l < m->L; l++) {
+                TnLayer<real>& Ly = layers[(size_t)(k - s->first) * TN_MAX_LAYERS + l];
+                for (int q = 0; q < 3; q++) Ly.lls[q] = lin(m->lls[l][q]);
+                for (int q = 0; q < 6; q++) Ly.llt[q] = lin(m->llt[l][q]);
+            }
+            N.atomref = NULL; /* set below */
+        }
+        if (pass == 0) {
+            host = (real*)calloc(used + 1, sizeof(real));
+            if (host == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory for TensorNet's weights");
+            if (cudaMalloc(&s->weights, (used + 1) * sizeof(real)) != cudaSuccess) {
+                cudaGetLastError();
+                free(host);
+                return nnp_fail(NNP_ERR_MEMORY, "out of GPU memory for TensorNet's weights");
+            }
+            base = (real*)s->weights;
+        }
+    }
+    nnp_status st = NNP_OK;
+    if (cudaMemcpy(s->weights, host, used * sizeof(real), cudaMemcpyHostToDevice) != cudaSuccess)
+        st = nnp_fail(NNP_ERR_CUDA, "uploading TensorNet's weights: %s", cudaGetErrorString(cudaGetLastError()));
+    free(host);
+    if (st != NNP_OK) return st;
+    /* atomref, double, per member */
+    size_t n_ref = 0;
+    for (int k = s->first; k < s->last; k++) n_ref += tm->members[k].has_atomref ? (size_t)tm->members[k].max_z : 0;
+    if (n_ref > 0) {
+        TN_ALLOC(s->atomref, n_ref * sizeof(double));
+        size_t at = 0;
+        for (int k = s->first; k < s->last; k++) {
+            const tn_member* m = &tm->members[k];
+            if (!m->has_atomref) continue;
+            TN_UPLOAD(s->atomref + at, m->atomref, (size_t)m->max_z * sizeof(double));
+            nets[k - s->first].atomref = s->atomref + at;
+            at += (size_t)m->max_z;
+        }
+    }
+    return NNP_OK;
+}
+
+/* The largest dynamic shared memory any per-atom kernel takes (reals), for a member. */
+static size_t tn_smem_reals(const tn_member* m) {
+    const size_t F = (size_t)m->F, R = (size_t)m->R;
+    size_t head_total = 0, wide = 3 * F;
+    for (int h = 0; h < m->n_head; h++) {
+        head_total += (size_t)m->head[h].n_out;
+        if ((size_t)m->head[h].n_out > wide) wide = (size_t)m->head[h].n_out;
+        if ((size_t)m->head[h].n_in > wide) wide = (size_t)m->head[h].n_in;
+    }
+    /* each take() rounds up to 2: at most 1 more per array; 40 arrays at most */
+    const size_t embed_back = (TN_THREADS / 32) + 9 * F + 41 * F + (3 + 10 + 10 + 2 + 1 + 9 + 3 + 3) * F + 3 * R;
+    const size_t layer_b = 10 * F + R + 11 * F + 10 * F;
+    const size_t b1 = (TN_THREADS / 32) + 20 * F + 2 * R + 11 * F + 3 * F + 6 * F + R;
+    const size_t out = (TN_THREADS / 32) + 21 * F + head_total + 2 * wide;
+    size_t n = embed_back;
+    if (layer_b > n) n = layer_b;
+    if (b1 > n) n = b1;
+    if (out > n) n = out;
+    return n + 64;
+}
+
+template <typename real> static void tn_configure(size_t smem) {
+    cudaFuncSetAttribute(k_tn_z<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_tn_embed<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_tn_layer_a<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_tn_layer_b<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_tn_out<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_tn_b1<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_tn_b2<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_tn_embed_back<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
+template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_state* s, int n_particles) {
+    typedef typename real4_of<real>::type real4;
+    const tn_model* tm = (const tn_model*)plan->model->family_data;
+    const int n = plan->n_atoms, nb = plan->n_batches;
+    s->precision = plan->cuda_precision;
+    s->n = n, s->n_batches = nb, s->base.n_particles = n_particles;
+    s->first = plan->member < 0 ? 0 : plan->member;
+    s->last = plan->member < 0 ? tm->n_members : plan->member + 1;
+    for (int i = 0; i < n; i++)
+        for (int k = s->first; k < s->last; k++)
+            if (plan->atomic_numbers[i] >= tm->members[k].max_z)
+                return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "atom %d: atomic number %d is beyond the TensorNet embedding (%d rows)", i,
+                                plan->atomic_numbers[i], tm->members[k].max_z);
+    int largest = 1;
+    for (int b = 0; b < nb; b++)
+        if (plan->batch_start[b + 1] - plan->batch_start[b] > largest) largest = plan->batch_start[b + 1] - plan->batch_start[b];
+    s->cap = largest - 1 < 1 ? 1 : (largest - 1 < TN_CUDA_MAX_NEIGHBORS ? largest - 1 : TN_CUDA_MAX_NEIGHBORS);
+    /* shared memory */
+    size_t smem = 0;
+    int F = 0, L = 0;
+    for (int k = s->first; k < s->last; k++) {
+        const size_t r = tn_smem_reals(&tm->members[k]);
+        if (r > smem) smem = r;
+        if (tm->members[k].F > F) F = tm->members[k].F;
+        if (tm->members[k].L > L) L = tm->members[k].L;
+    }
+    s->smem = smem * sizeof(real);
+    int dev = 0, optin = 0;
+    CUDA_TRY(cudaGetDevice(&dev));
+    CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (s->smem > (size_t)optin)
+        return nnp_fail(NNP_ERR_UNSUPPORTED, "this TensorNet (F = %d) needs %zu bytes of shared memory per block in %s precision, "
+                        "more than this GPU's %d: use a smaller model, single precision, or the CPU platform",
+                        F, s->smem, s->precision == NNP_PRECISION_DOUBLE ? "double" : "single", optin);
+    tn_configure<real>(s->smem);
+    nnp_status st = tn_upload_weights<real>(tm, s);
+    if (st != NNP_OK) return st;
+    /* atoms */
+    const size_t N = (size_t)n, E = N * (size_t)(s->cap + 1), Fz = (size_t)F;
+    TN_ALLOC(s->z, N * sizeof(int));
+    TN_ALLOC(s->batch, N * sizeof(int));
+    TN_ALLOC(s->order, N * sizeof(int));
+    TN_ALLOC(s->batch_start, (size_t)(nb + 1) * sizeof(int));
+    TN_ALLOC(s->particle, N * sizeof(int));
+    TN_ALLOC(s->force_index, N * sizeof(int));
+    TN_ALLOC(s->index_of, (size_t)(n_particles > 0 ? n_particles : 1) * sizeof(int));
+    TN_ALLOC(s->nbr_n, N * sizeof(int));
+    TN_ALLOC(s->nbr_j, N * (size_t)s->cap * sizeof(int));
+    TN_ALLOC(s->flags, sizeof(TN_FLAG_CLEAR));
+    TN_ALLOC(s->pos, N * sizeof(real4));
+    TN_ALLOC(s->nbr_r, N * (size_t)s->cap * sizeof(real4));
+    TN_ALLOC(s->cq, N * sizeof(real));
+    TN_ALLOC(s->atom_e, N * sizeof(double));
+    TN_ALLOC(s->fixed, 3 * N * sizeof(unsigned long long));
+    TN_ALLOC(s->base.batch_energy, (size_t)(nb > 0 ? nb : 1) * sizeof(double));
+    /* per-atom and per-edge buffers: Zp, Zq F; Xe 9F; X (L+1)·9F; Yirr, Mirr L·10F; B, dX L·9F; gX 9F;
+       gM, gY 10F; fac E·3F; gd E; gu 3E */
+    const size_t atom_reals = N * Fz * (2 + 9 + (size_t)(L + 1) * 9 + (size_t)L * 38 + 9 + 20) + E * 3 * Fz;
+    s->edge_bytes = 4 * E * sizeof(real);
+    s->work_bytes = atom_reals * sizeof(real) + s->edge_bytes;
+    TN_ALLOC(s->work, s->work_bytes);
+    s->gd = (char*)s->work + atom_reals * sizeof(real);
+    if (cudaHostAlloc((void**)&s->host_flags, sizeof(TN_FLAG_CLEAR), cudaHostAllocMapped) != cudaSuccess ||
+        cudaHostGetDevicePointer((void**)&s->host_flags_dev, s->host_flags, 0) != cudaSuccess) {
+        cudaGetLastError();
+        return nnp_fail(NNP_ERR_MEMORY, "out of pinned host memory");
+    }
+    memcpy(s->host_flags, TN_FLAG_CLEAR, sizeof(TN_FLAG_CLEAR));
+    TN_UPLOAD(s->flags, TN_FLAG_CLEAR, sizeof(TN_FLAG_CLEAR));
+    TN_UPLOAD(s->z, plan->atomic_numbers, N * sizeof(int));
+    TN_UPLOAD(s->batch, plan->batches, N * sizeof(int));
+    TN_UPLOAD(s->order, plan->order, N * sizeof(int));
+    TN_UPLOAD(s->batch_start, plan->batch_start, (size_t)(nb + 1) * sizeof(int));
+    int* particle = (int*)malloc(N * sizeof(int) + 1);
+    real* cq = (real*)malloc(N * sizeof(real) + 1);
+    if (particle == NULL || cq == NULL) {
+        free(particle), free(cq);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        particle[i] = plan->particles ? plan->particles[i] : i;
+        cq[i] = (real)(1 + 0.1 * plan->batch_charges[plan->batches[i]]);
+    }
+    cudaError_t e1 = cudaMemcpy(s->particle, particle, N * sizeof(int), cudaMemcpyHostToDevice);
+    cudaError_t e2 = cudaMemcpy(s->cq, cq, N * sizeof(real), cudaMemcpyHostToDevice);
+    free(particle), free(cq);
+    if (e1 != cudaSuccess || e2 != cudaSuccess) return nnp_fail(NNP_ERR_CUDA, "uploading the atoms: %s", cudaGetErrorString(cudaGetLastError()));
+    s->mean_sum = 0;
+    for (int k = s->first; k < s->last; k++) s->mean_sum += tm->members[k].mean / (s->last - s->first);
+    return NNP_OK;
+}
+
+template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, const TnNet<real>& N) {
+    TnBuf<real> b;
+    const size_t n = (size_t)s->n, F = (size_t)N.F, E = n * (size_t)(s->cap + 1);
+    b.n = s->n, b.cap = s->cap;
+    b.z = s->z, b.nbr_n = s->nbr_n, b.nbr_j = s->nbr_j;
+    b.pos = (const typename real4_of<real>::type*)s->pos, b.nbr_r = (const typename real4_of<real>::type*)s->nbr_r;
+    b.cq = (const real*)s->cq;
+    real* p = (real*)s->work;
+    b.Zp = p, p += n * F;
+    b.Zq = p, p += n * F;
+    b.Xe = p, p += n * 9 * F;
+    b.X = p, p += (size_t)(N.L + 1) * n * 9 * F;
+    b.Yirr = p, p += (size_t)N.L * n * 10 * F;
+    b.Mirr = p, p += (size_t)N.L * n * 10 * F;
+    b.B = p, p += (size_t)N.L * n * 9 * F;
+    b.dX = p, p += (size_t)N.L * n * 9 * F;
+    b.gX = p, p += n * 9 * F;
+    b.gM = p, p += n * 10 * F;
+    b.gY = p, p += n * 10 * F;
+    b.fac = p;
+    b.gd = (real*)s->gd;
+    b.gu = b.gd + E;
+    b.atom_e = s->atom_e;
+    return b;
+}
+
+template <typename real>
+static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io* io, cudaStream_t stream, const Box<real>& box,
+                            real to_model, double energy_unit, double force_factor) {
+    typedef typename real4_of<real>::type real4;
+    const tn_model* tm = (const tn_model*)plan->model->family_data;
+    const int n = s->n;
+    const int forces = io->forces_format != NNP_FORCES_NONE;
+    if (n > 0) {
+        const int* index_of = NULL;
+        if (io->sorted_particles != NULL) {
+            k_inverse_order<<<(io->n_particles + 127) / 128, 128, 0, stream>>>(io->sorted_particles, io->n_particles, s->index_of);
+            index_of = s->index_of;
+        }
+        k_tn_positions<real><<<(n + 127) / 128, 128, 0, stream>>>(io->positions, (int)io->positions_format, index_of, s->particle, n,
+                                                                   to_model, (real4*)s->pos, s->force_index, s->flags);
+        const real rc = (real)tm->cutoff;
+        k_tn_neighbors<real><<<(n + TN_NBR_WARPS - 1) / TN_NBR_WARPS, 32 * TN_NBR_WARPS, 0, stream>>>(
+            (const real4*)s->pos, s->batch, s->order, s->batch_start, n, s->cap, rc * rc, box, s->nbr_n, s->nbr_j, (real4*)s->nbr_r,
+            s->flags);
+        CUDA_TRY(cudaMemsetAsync(s->atom_e, 0, (size_t)n * sizeof(double), stream));
+        unsigned long long* out = NULL;
+        long long stride = n;
+        if (forces) {
+            if (io->forces_format == NNP_FORCES_FIXED_POINT) {
+                out = (unsigned long long*)io->forces, stride = io->forces_stride;
+            } else {
+                out = s->fixed;
+                CUDA_TRY(cudaMemsetAsync(s->fixed, 0, 3 * (size_t)n * sizeof(unsigned long long), stream));
+            }
+        }
+        const TnNet<real>* nets = (const TnNet<real>*)s->nets;
+        const TnLayer<real>* layers = (const TnLayer<real>*)s->layers;
+        const double scale = 1.0 / (s->last - s->first);
+        for (int k = 0; k < s->last - s->first; k++) {
+            const TnNet<real>& N = nets[k];
+            const TnLayer<real>* Ly = layers + (size_t)k * TN_MAX_LAYERS;
+            const TnBuf<real> b = tn_buffers<real>(s, N);
+            k_tn_z<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            k_tn_embed<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            for (int l = 0; l < N.L; l++) {
+                k_tn_layer_a<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
+                k_tn_layer_b<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
+            }
+            k_tn_out<real><<<n, TN_THREADS, s->smem, stream>>>(N, b, scale, forces);
+            if (!forces) continue;
+            CUDA_TRY(cudaMemsetAsync(s->gd, 0, s->edge_bytes, stream));
+            for (int l = N.L - 1; l >= 0; l--) {
+                k_tn_b1<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
+                k_tn_b2<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
+            }
+            k_tn_embed_back<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            k_tn_forces<real><<<(n + 127) / 128, 128, 0, stream>>>(b, scale * force_factor,
+                                                                    io->forces_format == NNP_FORCES_FIXED_POINT ? s->force_index : NULL,
+                                                                    out, stride);
+        }
+        if (io->forces_format == NNP_FORCES_XYZ_DOUBLE)
+            k_tn_fixed_to_xyz<<<(3 * n + 255) / 256, 256, 0, stream>>>(s->fixed, n, (double*)io->forces);
+    }
+    k_tn_finish<<<1, 256, 0, stream>>>(s->atom_e, s->order, s->batch_start, s->n_batches, s->mean_sum, energy_unit,
+                                       s->base.batch_energy, io->energy, io->energy_is_double, s->flags, s->host_flags_dev);
+    CUDA_TRY(cudaGetLastError());
+    return NNP_OK;
+}
+
+extern "C" void nnp_tn_cuda_free(nnp_plan* plan) {
+    tn_state_free((tn_cuda_state*)plan->cuda);
+    plan->cuda = NULL;
+}
+
+extern "C" nnp_status nnp_tn_cuda_check(nnp_plan* plan) {
+    tn_cuda_state* s = (tn_cuda_state*)plan->cuda;
+    int f[TN_FLAGS];
+    volatile int* host = s->host_flags; /* the GPU may be writing it */
+    for (int k = 0; k < TN_FLAGS; k++) f[k] = __atomic_exchange_n((int*)&host[k], TN_FLAG_CLEAR[k], __ATOMIC_ACQ_REL);
+    if (f[TN_FLAG_NONFINITE] != 0x7fffffff)
+        return nnp_fail(NNP_ERR_NONFINITE, "a coordinate of atom %d is not finite (NaN or infinite) in a recent CUDA evaluation",
+                        f[TN_FLAG_NONFINITE]);
+    if (f[TN_FLAG_CAPACITY] > 0)
+        return nnp_fail(NNP_ERR_STATE, "an atom had %d neighbours within the cutoff, more than the CUDA evaluation's capacity "
+                        "of %d per atom: its energy and forces were wrong; split very large batches", f[TN_FLAG_CAPACITY], s->cap);
+    if (f[TN_FLAG_COINCIDENT] > 0) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "two atoms of one batch were at the same position");
+    if (f[TN_FLAG_ENERGY] > 0) return nnp_fail(NNP_ERR_NONFINITE, "the model gave a non-finite energy in a recent CUDA evaluation");
+    return NNP_OK;
+}
+
+extern "C" nnp_status nnp_tn_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io, int capturing) {
+    cudaStream_t stream = (cudaStream_t)io->stream;
+    const nnp_model* m = plan->model;
+    const tn_model* tm = (const tn_model*)m->family_data;
+    double energy_unit, to_angstrom;
+    nnp_plan_units(plan, &energy_unit, &to_angstrom);
+    const double to_model = to_angstrom == m->length_to_angstrom ? 1.0 : to_angstrom / m->length_to_angstrom;
+    tn_cuda_state* s = (tn_cuda_state*)plan->cuda;
+    nnp_status st;
+    if (s == NULL) {
+        if (capturing) return nnp_fail(NNP_ERR_CAPTURE, "the TensorNet CUDA state is missing while capturing");
+        s = (tn_cuda_state*)calloc(1, sizeof *s);
+        if (s == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+        nnp_cuda_driver.ctxGetCurrent(&s->context);
+        st = plan->cuda_precision == NNP_PRECISION_DOUBLE ? tn_build<double>(plan, s, io->n_particles)
+                                                          : tn_build<float>(plan, s, io->n_particles);
+        if (st != NNP_OK) {
+            tn_state_free(s);
+            return st;
+        }
+        plan->cuda = s;
+    }
+    if (io->box != NULL) {
+        st = nnp_check_box(io->box, tm->cutoff * m->length_to_angstrom, to_angstrom);
+        if (st != NNP_OK) return st;
+    }
+    /* forces: −dE/dx in the plan's units */
+    const double force_factor = -energy_unit * to_model;
+    if (s->precision == NNP_PRECISION_DOUBLE) {
+        Box<double> box = {io->box != NULL, {0}};
+        for (int k = 0; io->box && k < 9; k++) box.a[k] = io->box[k] * to_model;
+        return tn_launch<double>(plan, s, io, stream, box, to_model, energy_unit, force_factor);
+    }
+    Box<float> box = {io->box != NULL, {0}};
+    for (int k = 0; io->box && k < 9; k++) box.a[k] = (float)(io->box[k] * to_model);
+    return tn_launch<float>(plan, s, io, stream, box, (float)to_model, energy_unit, force_factor);
+}

@@ -1,0 +1,55 @@
+/*
+ * Internal to libnnp: TensorNet's model data, shared by its CPU evaluation (tensornet.c) and its
+ * CUDA evaluation (cuda/).
+ */
+#ifndef NNP_TENSORNET_H
+#define NNP_TENSORNET_H
+
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TN_PI 3.14159265358979323846
+#define TN_MAX_WIDTH 1024 /* hidden channels F, radial functions, head widths */
+#define TN_MAX_LAYERS 16
+#define TN_MAX_HEAD 16    /* linear layers of the Scalar head */
+#define TN_MAX_Z 256      /* rows of the atom embedding */
+#define TN_LN_EPS 1e-5    /* torch.nn.LayerNorm's default, used by TensorNet */
+
+enum { TN_GROUP_O3 = 1, TN_GROUP_SO3 = 2 };
+enum { TN_ACT_SILU = 1 };
+
+typedef struct tn_linear {
+    int32_t n_in, n_out;
+    const double* w; /* n_out × n_in, row per output */
+    const double* b; /* n_out, or NULL (no bias) */
+} tn_linear;
+
+typedef struct tn_member {
+    int32_t F, L, R, max_z, group, activation, n_head, has_atomref;
+    double cl, cu, alpha, std, mean;
+    const double *means, *betas, *emb, *atomref;
+    tn_linear emb2, dp[3], elt[3], els[2], lls[TN_MAX_LAYERS][3], llt[TN_MAX_LAYERS][6], linear, head[TN_MAX_HEAD];
+    const double *init_w, *init_b, *out_w, *out_b;
+    double* storage;
+} tn_member;
+
+typedef struct tn_model {
+    int32_t n_members;
+    tn_member* members;
+    double cutoff; /* largest cutoff_upper */
+    int32_t max_z; /* smallest embedding size */
+} tn_model;
+
+/* The CUDA evaluation (cuda/tensornet_cuda.cu): the family's hooks. */
+nnp_status nnp_tn_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io, int capturing);
+nnp_status nnp_tn_cuda_check(nnp_plan* plan);
+void nnp_tn_cuda_free(nnp_plan* plan);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,303 @@
+/*
+ * TensorNet's CUDA evaluation against its CPU evaluation in double precision (which the Python tests
+ * compare with torchmd-net itself), for the converted test checkpoints given on the command line:
+ * float32 and float64, one molecule, many molecules with total charges −1/0/+1, every AceFF element,
+ * a periodic box, one ensemble member; determinism; OpenMM's layout (float4 positions, a permuted
+ * index, fixed-point forces) captured into a CUDA graph and replayed bit-identical to eager calls.
+ *   test_tensornet_cuda MODEL.nnpm...
+ * Skips (exit code 77, with the reason) where no CUDA device is present.
+ */
+#include "test.h"
+
+#include <cuda_runtime_api.h>
+
+/* Agreement with the CPU's float64 evaluation: relative per-batch energy and relative RMS of forces. */
+#define SINGLE_ENERGY 1e-9
+#define SINGLE_FORCES 5e-6
+#define DOUBLE_ENERGY 1e-12
+#define DOUBLE_FORCES 1e-10
+#define CUDA_OK(call)                                                                            \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+typedef struct system_t {
+    const char* name;
+    int32_t n, n_batches;
+    int32_t *z, *batch, *charge;
+    double* pos; /* Å */
+    double box[9];
+    int periodic;
+} system_t;
+
+static void free_system(system_t* s) { free(s->z), free(s->batch), free(s->charge), free(s->pos); }
+
+/* `count` drug-like molecules from number `first` on, one batch each, side by side 30 Å apart
+   (batches never interact, so their placement only matters for the periodic case), charges
+   cycling −1, 0, +1 when `charged`. With `exotic`, some atoms become B, Si, P, Br and I. */
+static system_t make_system(const char* name, int first, int count, int charged, int exotic) {
+    system_t s = {name, 0, 0, NULL, NULL, NULL, NULL, {0}, 0};
+    int cap = 0;
+    for (int k = first; s.n_batches < count && k < first + 4000; k++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "molecules/druglike/drugbank-%04d.xyz", k);
+        FILE* f = fopen(shared_path(rel), "r");
+        if (f == NULL) continue;
+        fclose(f);
+        molecule m = read_molecule_or_die(rel);
+        if (s.n + m.n > cap) {
+            cap = 2 * (s.n + m.n);
+            s.z = realloc(s.z, sizeof(int32_t) * cap);
+            s.batch = realloc(s.batch, sizeof(int32_t) * cap);
+            s.pos = realloc(s.pos, sizeof(double) * 3 * cap);
+        }
+        for (int32_t a = 0; a < m.n; a++) {
+            s.z[s.n + a] = m.z[a];
+            s.batch[s.n + a] = s.n_batches;
+            for (int c = 0; c < 3; c++) s.pos[3 * (s.n + a) + c] = m.pos[3 * a + c] + (c == 0 ? 30.0 * s.n_batches : 0.0);
+        }
+        s.n += m.n;
+        s.n_batches++;
+        free_molecule(&m);
+    }
+    s.charge = calloc((size_t)s.n_batches + 1, sizeof(int32_t));
+    for (int b = 0; charged && b < s.n_batches; b++) s.charge[b] = b % 3 - 1;
+    if (exotic) {
+        static const int32_t rare[] = {5, 14, 15, 35, 53};
+        for (int32_t i = 0, k = 0; i < s.n; i += 3) s.z[i] = rare[k++ % 5];
+    }
+    return s;
+}
+
+/* One evaluation on the GPU with double positions and plain forces; returns the status. */
+static nnp_status eval_plain(nnp_plan* plan, const system_t* s, double* e, double* f, double* batches) {
+    double *d_pos, *d_f, *d_e;
+    CUDA_OK(cudaMalloc((void**)&d_pos, sizeof(double) * 3 * s->n));
+    CUDA_OK(cudaMalloc((void**)&d_f, sizeof(double) * 3 * s->n));
+    CUDA_OK(cudaMalloc((void**)&d_e, sizeof(double)));
+    CUDA_OK(cudaMemcpy(d_pos, s->pos, sizeof(double) * 3 * s->n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(d_e, 0, sizeof(double)));
+    nnp_cuda_io io = {0};
+    io.positions = d_pos;
+    io.positions_format = NNP_POSITIONS_XYZ_DOUBLE;
+    io.box = s->periodic ? s->box : NULL;
+    io.forces = d_f;
+    io.forces_format = f ? NNP_FORCES_XYZ_DOUBLE : NNP_FORCES_NONE;
+    io.energy = d_e;
+    io.energy_is_double = 1;
+    nnp_status st = nnp_evaluate_cuda(plan, &io);
+    if (st == NNP_OK) st = nnp_cuda_batch_energies(plan, 0, batches);
+    if (st == NNP_OK) {
+        CUDA_OK(cudaMemcpy(e, d_e, sizeof(double), cudaMemcpyDeviceToHost));
+        if (f) CUDA_OK(cudaMemcpy(f, d_f, sizeof(double) * 3 * s->n, cudaMemcpyDeviceToHost));
+    }
+    cudaFree(d_pos), cudaFree(d_f), cudaFree(d_e);
+    return st;
+}
+
+static nnp_plan* make_plan(nnp_model* model, const system_t* s, int32_t member) {
+    nnp_plan* p = NULL;
+    CHECK_OK(nnp_plan_create(model, &p));
+    CHECK_OK(nnp_plan_set_atoms(p, s->n, s->z, s->batch));
+    CHECK_OK(nnp_plan_set_batch_charges(p, s->n_batches, s->charge));
+    CHECK_OK(nnp_plan_set_member(p, member));
+    return p;
+}
+
+static double rms_relative(const double* ref, const double* x, int n) {
+    double num = 0, den = 0;
+    for (int k = 0; k < n; k++) num += (x[k] - ref[k]) * (x[k] - ref[k]), den += ref[k] * ref[k];
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void compare(const char* model_name, nnp_model* model, const system_t* s, int32_t member, nnp_precision precision) {
+    nnp_plan* cpu = make_plan(model, s, member);
+    nnp_plan* gpu = make_plan(model, s, member);
+    CHECK_OK(nnp_plan_set_cuda_precision(gpu, precision));
+    const size_t n3 = 3 * (size_t)s->n;
+    double e_cpu, e_gpu = 0, *f_cpu = malloc(sizeof(double) * n3), *f_gpu = malloc(sizeof(double) * n3);
+    double *b_cpu = malloc(sizeof(double) * (s->n_batches + 1)), *b_gpu = malloc(sizeof(double) * (s->n_batches + 1));
+    CHECK_OK(nnp_evaluate_cpu(cpu, s->pos, s->periodic ? s->box : NULL, &e_cpu, b_cpu, f_cpu));
+    CHECK_OK(eval_plain(gpu, s, &e_gpu, f_gpu, b_gpu));
+    double worst = 0;
+    for (int b = 0; b < s->n_batches; b++) worst = fmax(worst, fabs(b_gpu[b] - b_cpu[b]) / fmax(fabs(b_cpu[b]), 1e-300));
+    const double frms = rms_relative(f_cpu, f_gpu, (int)n3);
+    const int dbl = precision == NNP_PRECISION_DOUBLE;
+    printf("%s, %s, %d atoms in %d batches, %s, member %d: energy CPU %.12g GPU %.12g, worst batch rel %.2e, forces rel RMS %.2e\n",
+           model_name, s->name, s->n, s->n_batches, dbl ? "double" : "single", member, e_cpu, e_gpu, worst, frms);
+    CHECK(worst <= (dbl ? DOUBLE_ENERGY : SINGLE_ENERGY));
+    CHECK(frms <= (dbl ? DOUBLE_FORCES : SINGLE_FORCES));
+    /* the same bits again; and energy alone agrees with energy and forces */
+    double e2 = 0, *f2 = malloc(sizeof(double) * n3), *b2 = malloc(sizeof(double) * (s->n_batches + 1));
+    CHECK_OK(eval_plain(gpu, s, &e2, f2, b2));
+    CHECK(e2 == e_gpu && memcmp(f2, f_gpu, sizeof(double) * n3) == 0);
+    CHECK_OK(eval_plain(gpu, s, &e2, NULL, b2));
+    CHECK(e2 == e_gpu);
+    free(f2), free(b2);
+    free(f_cpu), free(f_gpu), free(b_cpu), free(b_gpu);
+    nnp_plan_free(cpu);
+    nnp_plan_free(gpu);
+}
+
+/* OpenMM's layout: float4 positions in nm in a permuted order, fixed-point forces added at the
+   permuted place, energy as float; the evaluation captured into a graph and replayed for moving
+   positions, bit-identical to eager evaluations, and the forces as the CPU's. */
+static void graph_replay(const char* model_name, nnp_model* model, const system_t* s) {
+    const int n = s->n, stride = n + 5;
+    nnp_plan* plan = make_plan(model, s, -1);
+    CHECK_OK(nnp_plan_set_units(plan, NNP_UNITS_NM_KJMOL));
+    int32_t* order = malloc(sizeof(int32_t) * n); /* order[slot] = particle: reversed */
+    for (int i = 0; i < n; i++) order[i] = n - 1 - i;
+    int32_t *d_order;
+    float* d_pos;
+    unsigned long long* d_forces;
+    float* d_energy;
+    CUDA_OK(cudaMalloc((void**)&d_order, sizeof(int32_t) * n));
+    CUDA_OK(cudaMalloc((void**)&d_pos, sizeof(float) * 4 * n));
+    CUDA_OK(cudaMalloc((void**)&d_forces, sizeof(long long) * 3 * stride));
+    CUDA_OK(cudaMalloc((void**)&d_energy, sizeof(float)));
+    CUDA_OK(cudaMemcpy(d_order, order, sizeof(int32_t) * n, cudaMemcpyHostToDevice));
+    cudaStream_t stream;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    nnp_cuda_io io = {0};
+    io.stream = stream;
+    io.positions = d_pos;
+    io.positions_format = NNP_POSITIONS_FLOAT4;
+    io.sorted_particles = d_order;
+    io.n_particles = n;
+    io.forces = d_forces;
+    io.forces_format = NNP_FORCES_FIXED_POINT;
+    io.forces_stride = stride;
+    io.energy = d_energy;
+    io.energy_is_double = 0;
+    enum { STEPS = 4 };
+    float* host_pos = malloc(sizeof(float) * 4 * n * STEPS);
+    for (int k = 0; k < STEPS; k++)
+        for (int slot = 0; slot < n; slot++)
+            for (int c = 0; c < 4; c++)
+                host_pos[((size_t)k * n + slot) * 4 + c] =
+                    c == 3 ? 0.f : (float)(0.1 * s->pos[3 * order[slot] + c] + 0.002 * k * ((slot + c) % 3 - 1));
+    cudaGraph_t graph;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    CHECK_FAILS(nnp_evaluate_cuda(plan, &io), NNP_ERR_CAPTURE, "run one step");
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(cudaGraphDestroy(graph));
+    long long* eager_f = malloc(sizeof(long long) * 3 * stride * STEPS);
+    float eager_e[STEPS];
+    for (int k = 0; k < STEPS; k++) {
+        CUDA_OK(cudaMemcpyAsync(d_pos, host_pos + (size_t)k * n * 4, sizeof(float) * 4 * n, cudaMemcpyHostToDevice, stream));
+        CUDA_OK(cudaMemsetAsync(d_forces, 0, sizeof(long long) * 3 * stride, stream));
+        CUDA_OK(cudaMemsetAsync(d_energy, 0, sizeof(float), stream));
+        CHECK_OK(nnp_evaluate_cuda(plan, &io));
+        CUDA_OK(cudaMemcpyAsync(eager_f + (size_t)k * 3 * stride, d_forces, sizeof(long long) * 3 * stride, cudaMemcpyDeviceToHost, stream));
+        CUDA_OK(cudaMemcpyAsync(&eager_e[k], d_energy, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+    }
+    { /* step 0's forces against the CPU (the same float positions) */
+        nnp_plan* cpu = make_plan(model, s, -1);
+        CHECK_OK(nnp_plan_set_units(cpu, NNP_UNITS_NM_KJMOL));
+        double *p = malloc(sizeof(double) * 3 * n), *f = malloc(sizeof(double) * 3 * n), *g = malloc(sizeof(double) * 3 * n), e;
+        for (int slot = 0; slot < n; slot++)
+            for (int c = 0; c < 3; c++) p[3 * order[slot] + c] = host_pos[slot * 4 + c];
+        CHECK_OK(nnp_evaluate_cpu(cpu, p, NULL, &e, NULL, f));
+        for (int slot = 0; slot < n; slot++)
+            for (int c = 0; c < 3; c++) g[3 * order[slot] + c] = (double)eager_f[slot + c * stride] / 4294967296.0;
+        const double frms = rms_relative(f, g, 3 * n);
+        printf("%s, %s: OpenMM layout (float4 nm, permuted, fixed point): energy CPU %.8g GPU %.8g, forces rel RMS %.2e\n",
+               model_name, s->name, e, eager_e[0], frms);
+        CHECK(fabs(eager_e[0] - e) <= 1e-6 * fabs(e) + 1e-3);
+        CHECK(frms <= SINGLE_FORCES);
+        free(p), free(f), free(g);
+        nnp_plan_free(cpu);
+    }
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    CUDA_OK(cudaMemsetAsync(d_forces, 0, sizeof(long long) * 3 * stride, stream));
+    CUDA_OK(cudaMemsetAsync(d_energy, 0, sizeof(float), stream));
+    CHECK_OK(nnp_evaluate_cuda(plan, &io));
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    long long* replay_f = malloc(sizeof(long long) * 3 * stride);
+    int identical = 1;
+    for (int k = 0; k < STEPS; k++) {
+        CUDA_OK(cudaMemcpyAsync(d_pos, host_pos + (size_t)k * n * 4, sizeof(float) * 4 * n, cudaMemcpyHostToDevice, stream));
+        CUDA_OK(cudaGraphLaunch(exec, stream));
+        float e;
+        CUDA_OK(cudaMemcpyAsync(replay_f, d_forces, sizeof(long long) * 3 * stride, cudaMemcpyDeviceToHost, stream));
+        CUDA_OK(cudaMemcpyAsync(&e, d_energy, sizeof(float), cudaMemcpyDeviceToHost, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+        identical &= e == eager_e[k] && memcmp(replay_f, eager_f + (size_t)k * 3 * stride, sizeof(long long) * 3 * stride) == 0;
+    }
+    printf("%s, %s: %d graph replays with moving positions %s the eager evaluations\n", model_name, s->name, STEPS,
+           identical ? "bit-identical to" : "DIFFER from");
+    CHECK(identical);
+    /* a changed charge needs an evaluation outside capture first */
+    int32_t* q = malloc(sizeof(int32_t) * (s->n_batches + 1));
+    for (int b = 0; b < s->n_batches; b++) q[b] = s->charge[b] == 1 ? 0 : 1;
+    CHECK_OK(nnp_plan_set_batch_charges(plan, s->n_batches, q));
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    CHECK_FAILS(nnp_evaluate_cuda(plan, &io), NNP_ERR_CAPTURE, "charges");
+    cudaGraph_t g2;
+    CUDA_OK(cudaStreamEndCapture(stream, &g2));
+    CUDA_OK(cudaGraphDestroy(g2));
+    free(q);
+    /* NaN coordinates: reported by the next call that looks */
+    float nan_pos[4] = {NAN, 0, 0, 0};
+    CUDA_OK(cudaMemcpyAsync(d_pos, nan_pos, sizeof nan_pos, cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CHECK_OK(nnp_plan_set_batch_charges(plan, s->n_batches, s->charge));
+    CHECK_FAILS(nnp_evaluate_cuda(plan, &io), NNP_ERR_NONFINITE, "not finite");
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaStreamDestroy(stream));
+    cudaFree(d_order), cudaFree(d_pos), cudaFree(d_forces), cudaFree(d_energy);
+    free(order), free(host_pos), free(eager_f), free(replay_f);
+    nnp_plan_free(plan);
+}
+
+int main(int argc, char** argv) {
+    if (!nnp_cuda_available()) {
+        printf("test_tensornet_cuda: skipped: %s\n", "no CUDA device (or libnnp built without CUDA)");
+        return 77;
+    }
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_tensornet_cuda MODEL.nnpm...\n");
+        return 2;
+    }
+    const char* quick = getenv("NNP_TEST_QUICK");
+    for (int a = 1; a < argc; a++) {
+        nnp_model* model = NULL;
+        if (nnp_model_load(argv[a], &model) != NNP_OK) {
+            fprintf(stderr, "cannot load %s: %s\n", argv[a], nnp_last_error());
+            return 1;
+        }
+        const char* name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
+        CHECK(strcmp(nnp_model_family_name(model), "tensornet") == 0);
+        system_t one = make_system("one molecule", 3, 1, 0, 0);
+        system_t many = make_system("12 molecules, charged", 1, 12, 1, 0);
+        system_t rare = make_system("4 molecules, B Si P Br I", 20, 4, 1, 1);
+        system_t box = make_system("periodic", 3, 1, 1, 0);
+        box.periodic = 1;
+        box.box[0] = box.box[4] = box.box[8] = 2.05 * 5.0 + 1.0; /* wider than twice any fixture's cutoff */
+        if (quick == NULL) {
+            for (int p = 0; p < 2; p++) {
+                nnp_precision prec = p ? NNP_PRECISION_DOUBLE : NNP_PRECISION_SINGLE;
+                compare(name, model, &one, -1, prec);
+                compare(name, model, &many, -1, prec);
+                compare(name, model, &rare, -1, prec);
+                compare(name, model, &box, -1, prec);
+            }
+            compare(name, model, &many, 0, NNP_PRECISION_SINGLE);
+        } else {
+            compare(name, model, &many, -1, NNP_PRECISION_SINGLE);
+        }
+        graph_replay(name, model, &many);
+        free_system(&one), free_system(&many), free_system(&rare), free_system(&box);
+        nnp_model_free(model);
+    }
+    return test_finish("test_tensornet_cuda");
+}

@@ -1,0 +1,16 @@
+"""Converts the TensorNet test checkpoints beside this file into .nnpm files in the folder given
+(for the C tests of the CUDA evaluation).   python convert_fixtures.py OUT_DIR"""
+import os
+import sys
+
+from openmmnnp import torchmdnet
+
+NAMES = ["o3-atomref", "o3-deep", "o3-embedding-only", "so3-lower"]
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.makedirs(sys.argv[1], exist_ok=True)
+    for name in NAMES:
+        torchmdnet.convert([os.path.join(here, name + ".ckpt")], os.path.join(sys.argv[1], name + ".nnpm"), out=sys.stdout)
