@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -81,6 +81,9 @@ for step in "${steps[@]}"; do
     echo "compute-sanitizer racecheck (k_gemm_big*) on test_cuda (large system): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-big.log" | tail -n 1))"
     sanitize_tensornet ;;
   sanitize-tensornet) sanitize_tensornet ;;
+  tensornet)
+    timeout 300 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d"/tensornet/*.nnpm > "$out/tensornet.txt" 2>&1
+    echo "test_tensornet_cuda: exit $?"; grep -vE "^  ok" "$out/tensornet.txt" | tail -n 40 ;;
   sanitize-large)
     # The tensor-core GEMMs (many and middle row counts) alone, when device time is short: memcheck of
     # every kernel and racecheck of k_gemm_big* on the 40- and 10-molecule systems (NNP_TEST_QUICK=large).
