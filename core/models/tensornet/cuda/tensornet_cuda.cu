@@ -15,11 +15,12 @@
  *               atom, and dE/dX), then with forces the layers backward (k_tn_b1: dE/dM, dE/dY and
  *               each edge's radial filter and dE/dd; k_tn_b2: dE/dX of the layer's input by
  *               gathering over the edges, no atomics), the embedding backward (k_tn_embed_back: dE/dd,
- *               dE/du of every edge) and the forces (k_tn_forces: 64-bit fixed-point adds)
+ *               dE/du of every edge) and the forces (k_tn_edge_forces, k_tn_gather: per atom, in
+ *               double, no atomics), then once the forces to the caller (k_tn_forces_out)
  *   finish      per-batch energies in a fixed order, the total, error flags to mapped host memory
  * Per-atom kernels run one block of TN_THREADS threads per atom, threads over the F channels; the
- * channel mixing (linears) goes through shared memory. Every sum is formed in a fixed order and
- * forces are integers, so the same inputs give the same bits. Inside stream capture nothing is
+ * channel mixing (linears) goes through shared memory. Every sum is formed in a fixed order, so the
+ * same inputs give the same bits. Inside stream capture nothing is
  * allocated, copied from the host, synchronised or loaded.
  */
 #include "../../../cuda/positions.cuh"
@@ -49,8 +50,10 @@ template <typename real> struct Lin {
 /* One member, by value as a kernel argument (the layers apart: TnLayer). */
 template <typename real> struct TnNet {
     int F, R, L, H, group;
-    real cl, cu, alpha, stdv;
-    const real *means, *betas, *emb, *init_w, *init_b, *out_w, *out_b;
+    double cl, cu, alpha; /* the radial basis and the cutoff are computed in double (rbf_sh) */
+    real stdv;
+    const double *means, *betas; /* R each */
+    const real *emb, *init_w, *init_b, *out_w, *out_b;
     const double* atomref; /* max_z, or NULL */
     Lin<real> emb2, dp[3], elt[3], els[2], linear, head[TN_MAX_HEAD];
     int wide; /* the widest of 3F and the head's widths */
@@ -62,11 +65,9 @@ template <typename real> struct TnLayer {
 /* The evaluation's buffers (device pointers). Edge e = i · (cap + 1) + s of atom i: s = 0 its self
    loop, s = k + 1 its neighbour k. */
 template <typename real> struct TnBuf {
-    typedef typename real4_of<real>::type real4;
     int n, cap;
     const int *z, *nbr_n, *nbr_j;
-    const real4* pos;
-    const real4* nbr_r; /* (r_j − r_i, d) */
+    const nnp_double4* nbr_r; /* (r_j − r_i, d), in double whatever real is (see rbf_sh) */
     const real* cq;     /* 1 + 0.1 q of each atom's batch */
     real *Zp, *Zq, *Xe, *X, *Yirr, *Mirr, *B, *dX, *gX, *gM, *gY, *fac, *gd, *gu;
     double* atom_e;
@@ -198,50 +199,53 @@ template <typename real> __device__ __forceinline__ real norm1(const real (&m)[9
     return s;
 }
 
-/* Radial basis (and its derivative) at d into shared rb (drb), threads over the R functions. */
-template <typename real> __device__ void rbf_sh(const TnNet<real>& N, real d, real* rb, real* drb) {
-    real phi = 0, dphi = 0;
-    const real pi = real(TN_PI);
-    if (d < N.cu) {
-        phi = real(0.5) * (dcos(pi * d / N.cu) + real(1));
-        dphi = real(-0.5) * pi / N.cu * dsin(pi * d / N.cu);
+/* Radial basis (and its derivative) at d into shared rb (drb), threads over the R functions. In
+   double whatever real is: exp(−β (t − μ)²) with β of order R² loses about 2β|t − μ| ulps of t
+   (float32: 1e-6 relative), and the GPU's float64 units make R exponentials per edge cheap. */
+template <typename real> __device__ void rbf_sh(const TnNet<real>& N, double d, real* rb, real* drb) {
+    const double cu = N.cu, pi = TN_PI, alpha = N.alpha;
+    double phi = 0, dphi = 0;
+    if (d < cu) {
+        phi = 0.5 * (cos(pi * d / cu) + 1);
+        dphi = -0.5 * pi / cu * sin(pi * d / cu);
     }
-    const real t = dexp(N.alpha * (N.cl - d));
+    const double t = exp(alpha * (N.cl - d));
     for (int r = threadIdx.x; r < N.R; r += TN_THREADS) {
-        const real x = t - N.means[r];
-        const real e = dexp(-N.betas[r] * x * x);
-        rb[r] = phi * e;
-        if (drb) drb[r] = dphi * e + phi * e * real(2) * N.alpha * N.betas[r] * t * x;
+        const double beta = N.betas[r], x = t - N.means[r];
+        const double e = exp(-beta * x * x);
+        rb[r] = (real)(phi * e);
+        if (drb) drb[r] = (real)(dphi * e + phi * e * 2 * alpha * beta * t * x);
     }
 }
-/* Cosine cutoff and its derivative at d. */
-template <typename real> __device__ __forceinline__ void cutoff_fn(const TnNet<real>& N, real d, real* c, real* dc) {
-    const real pi = real(TN_PI);
-    *c = 0, *dc = 0;
-    if (N.cl > 0) {
-        if (d > N.cl && d < N.cu) {
-            const real k = pi * real(2) / (N.cu - N.cl);
-            const real a = k * (d - N.cl) + pi;
-            *c = real(0.5) * (dcos(a) + real(1));
-            *dc = real(-0.5) * dsin(a) * k;
+/* Cosine cutoff and its derivative at d (in double, as the radial basis). */
+template <typename real> __device__ __forceinline__ void cutoff_fn(const TnNet<real>& N, double d, real* c, real* dc) {
+    const double cl = N.cl, cu = N.cu, pi = TN_PI;
+    double cv = 0, dcv = 0;
+    if (cl > 0) {
+        if (d > cl && d < cu) {
+            const double k = pi * 2 / (cu - cl);
+            const double a = k * (d - cl) + pi;
+            cv = 0.5 * (cos(a) + 1);
+            dcv = -0.5 * sin(a) * k;
         }
-    } else if (d < N.cu) {
-        *c = real(0.5) * (dcos(pi * d / N.cu) + real(1));
-        *dc = real(-0.5) * pi / N.cu * dsin(pi * d / N.cu);
+    } else if (d < cu) {
+        cv = 0.5 * (cos(pi * d / cu) + 1);
+        dcv = -0.5 * pi / cu * sin(pi * d / cu);
     }
+    *c = (real)cv, *dc = (real)dcv;
 }
-template <typename real> __device__ __forceinline__ bool edge_on(const TnNet<real>& N, real d) { return d >= N.cl && d < N.cu; }
+template <typename real> __device__ __forceinline__ bool edge_on(const TnNet<real>& N, double d) { return d >= N.cl && d < N.cu; }
 
 /* Edge s of atom i: neighbour j, distance d, u = (r_i − r_j) / d (0 for the self loop). */
-template <typename real> __device__ __forceinline__ int edge_geometry(const TnBuf<real>& b, int i, int s, real* d, real (&u)[3]) {
+template <typename real> __device__ __forceinline__ int edge_geometry(const TnBuf<real>& b, int i, int s, double* d, real (&u)[3]) {
     if (s == 0) {
         *d = 0, u[0] = u[1] = u[2] = 0;
         return i;
     }
     const size_t k = (size_t)i * b.cap + (s - 1);
-    const typename real4_of<real>::type r = b.nbr_r[k];
+    const nnp_double4 r = b.nbr_r[k];
     *d = r.w;
-    u[0] = -r.x / r.w, u[1] = -r.y / r.w, u[2] = -r.z / r.w;
+    u[0] = (real)(-r.x / r.w), u[1] = (real)(-r.y / r.w), u[2] = (real)(-r.z / r.w);
     return b.nbr_j[k];
 }
 
@@ -258,7 +262,7 @@ template <typename real> struct Arena {
 /* The interaction layer's radial MLP at d (block): fac = SiLU(L₃ SiLU(L₂ SiLU(L₁ rbf))) · C(d),
    keeping rb, drb (if non-NULL), h1, h2, h3 (pre-activations) for the backward pass; a: 2F work. */
 template <typename real>
-__device__ void edge_mlp(const TnNet<real>& N, const TnLayer<real>& Ly, real d, real* rb, real* drb, real* h1, real* h2, real* h3,
+__device__ void edge_mlp(const TnNet<real>& N, const TnLayer<real>& Ly, double d, real* rb, real* drb, real* h1, real* h2, real* h3,
                          real* a, real* fac) {
     const int F = N.F;
     rbf_sh(N, d, rb, drb);
@@ -280,7 +284,7 @@ __device__ void edge_mlp(const TnNet<real>& N, const TnLayer<real>& Ly, real d, 
 
 /* dE/dd of the radial MLP given dE/dfac (gfac, shared); keep as left by edge_mlp; work: 6F + R. */
 template <typename real>
-__device__ real edge_mlp_back(const TnNet<real>& N, const TnLayer<real>& Ly, real d, const real* gfac, const real* drb, const real* h1,
+__device__ real edge_mlp_back(const TnNet<real>& N, const TnLayer<real>& Ly, double d, const real* gfac, const real* drb, const real* h1,
                               const real* h2, const real* h3, real* work, real* red) {
     const int F = N.F;
     real c, dc;
@@ -306,39 +310,37 @@ __device__ real edge_mlp_back(const TnNet<real>& N, const TnLayer<real>& Ly, rea
 
 /* ------------------------------------------------------------------ kernels */
 
-template <typename real>
 __global__ void k_tn_positions(const void* __restrict__ positions, int format, const int* __restrict__ index_of,
-                               const int* __restrict__ particle, int n, real to_unit, typename real4_of<real>::type* __restrict__ pos,
+                               const int* __restrict__ particle, int n, double to_unit, nnp_double4* __restrict__ pos,
                                int* __restrict__ force_index, int* __restrict__ flags) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int at;
     bool finite;
-    pos[i] = load_position<real>(positions, format, index_of, particle[i], to_unit, &at, &finite);
+    pos[i] = load_position<double>(positions, format, index_of, particle[i], to_unit, &at, &finite);
     force_index[i] = at;
     if (!finite) atomicMin(&flags[TN_FLAG_NONFINITE], i);
 }
 
-/* One warp per atom: the atoms of its batch within rc (d² ≤ rc²), in index order. */
-template <typename real>
+/* One warp per atom: the atoms of its batch within rc (d² ≤ rc²), in index order; in double. */
 __global__ void __launch_bounds__(32 * TN_NBR_WARPS)
-    k_tn_neighbors(const typename real4_of<real>::type* __restrict__ pos, const int* __restrict__ batch, const int* __restrict__ order,
-                   const int* __restrict__ batch_start, int n, int cap, real rc2, Box<real> box, int* __restrict__ nbr_n,
-                   int* __restrict__ nbr_j, typename real4_of<real>::type* __restrict__ nbr_r, int* __restrict__ flags) {
+    k_tn_neighbors(const nnp_double4* __restrict__ pos, const int* __restrict__ batch, const int* __restrict__ order,
+                   const int* __restrict__ batch_start, int n, int cap, double rc2, Box<double> box, int* __restrict__ nbr_n,
+                   int* __restrict__ nbr_j, nnp_double4* __restrict__ nbr_r, int* __restrict__ flags) {
     const int i = blockIdx.x * TN_NBR_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (i >= n) return;
-    const typename real4_of<real>::type ri = pos[i];
+    const nnp_double4 ri = pos[i];
     const int b = batch[i], q0 = batch_start[b], q1 = batch_start[b + 1];
     int found = 0;
     for (int base = q0; base < q1; base += 32) {
         const int q = base + lane;
         bool hit = false;
         int j = -1;
-        real dx = 0, dy = 0, dz = 0, d2 = 0;
+        double dx = 0, dy = 0, dz = 0, d2 = 0;
         if (q < q1) {
             j = order[q];
             if (j != i) {
-                const typename real4_of<real>::type rj = pos[j];
+                const nnp_double4 rj = pos[j];
                 dx = rj.x - ri.x, dy = rj.y - ri.y, dz = rj.z - ri.z;
                 min_image(dx, dy, dz, box);
                 d2 = dx * dx + dy * dy + dz * dz;
@@ -351,8 +353,8 @@ __global__ void __launch_bounds__(32 * TN_NBR_WARPS)
         if (hit && slot < cap) {
             const size_t k = (size_t)i * cap + slot;
             nbr_j[k] = j;
-            typename real4_of<real>::type r;
-            r.x = dx, r.y = dy, r.z = dz, r.w = dsqrt(d2);
+            nnp_double4 r;
+            r.x = dx, r.y = dy, r.z = dz, r.w = sqrt(d2);
             nbr_r[k] = r;
         }
         found += __popc(mask);
@@ -446,7 +448,8 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
     for (int q = threadIdx.x; q < 9 * F; q += TN_THREADS) Xe[q] = 0;
     const int ns = 1 + b.nbr_n[i];
     for (int s = 0; s < ns; s++) {
-        real d, u[3];
+        double d;
+        real u[3];
         const int j = edge_geometry(b, i, s, &d, u);
         if (s > 0 && !edge_on(N, d)) continue;
         real c, dc;
@@ -512,7 +515,8 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
     for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) Mi[q] = 0;
     const int ns = 1 + b.nbr_n[i];
     for (int s = 0; s < ns; s++) {
-        real d, u[3];
+        double d;
+        real u[3];
         const int j = edge_geometry(b, i, s, &d, u);
         if (s > 0 && !edge_on(N, d)) continue;
         __syncthreads(); /* the previous edge's fac has been read */
@@ -715,7 +719,8 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
     const int ns = 1 + b.nbr_n[i];
     const size_t e0 = (size_t)i * (b.cap + 1);
     for (int s = 0; s < ns; s++) {
-        real d, u[3];
+        double d;
+        real u[3];
         const int j = edge_geometry(b, i, s, &d, u);
         if (s > 0 && !edge_on(N, d)) continue;
         real* fe = b.fac + (e0 + s) * 3 * F;
@@ -746,7 +751,8 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
     const int ns = 1 + b.nbr_n[j];
     const size_t e0 = (size_t)j * (b.cap + 1);
     for (int s = 0; s < ns; s++) {
-        real d, u[3];
+        double d;
+        real u[3];
         const int i = edge_geometry(b, j, s, &d, u);
         if (s > 0 && !edge_on(N, d)) continue;
         /* the filter of edge (j, i) equals that of (i, j): the same distance */
@@ -828,7 +834,8 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
     const int ns = 1 + b.nbr_n[i];
     const size_t e0 = (size_t)i * (b.cap + 1);
     for (int s = 1; s < ns; s++) {
-        real d, u[3];
+        double d;
+        real u[3];
         const int j = edge_geometry(b, i, s, &d, u);
         if (!edge_on(N, d)) continue;
         real c, dc;
@@ -882,37 +889,64 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
     }
 }
 
-/* Forces of one member: each edge's dE/dd and dE/du as functions of r_i and r_j, fixed point. */
-template <typename real>
-__global__ void k_tn_forces(const TnBuf<real> b, double factor, const int* __restrict__ force_index, unsigned long long* __restrict__ out,
-                            long long stride) {
+/* Forces, without atomics: each edge (i, j)'s force on i, −dE/dr_i from its dE/dd and dE/du, in the
+   plan's units and × the member's weight (k_tn_edge_forces; its force on j is the opposite), then per
+   atom the sum over its own edges and, with the sign turned, over the partner edges (j, i)
+   (k_tn_gather: the lists are symmetric and in index order, so the partner slot is found by
+   bisection), in double, added to the member sum in member order. One rounding per atom to the
+   caller's format (k_tn_forces_out). */
+template <typename real> __global__ void k_tn_edge_forces(const TnBuf<real> b, double factor, double* __restrict__ edge_f) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= b.n) return;
     const int ns = 1 + b.nbr_n[i];
     const size_t e0 = (size_t)i * (b.cap + 1);
-    double fi[3] = {0, 0, 0};
-    const int ti = force_index ? force_index[i] : i;
     for (int s = 1; s < ns; s++) {
-        real d, u[3];
-        const int j = edge_geometry(b, i, s, &d, u);
+        double d;
+        real u[3];
+        edge_geometry(b, i, s, &d, u);
         const double gd = b.gd[e0 + s];
         const double gu[3] = {b.gu[(e0 + s) * 3], b.gu[(e0 + s) * 3 + 1], b.gu[(e0 + s) * 3 + 2]};
-        if (gd == 0 && gu[0] == 0 && gu[1] == 0 && gu[2] == 0) continue;
         const double gu_u = gu[0] * u[0] + gu[1] * u[1] + gu[2] * u[2];
-        const int tj = force_index ? force_index[j] : j;
-        for (int c = 0; c < 3; c++) {
-            /* the edge's dE/dr_i is +(...), its dE/dr_j −(...); factor = −(units) · scale: forces */
-            const double f = factor * (gd * u[c] + (gu[c] - gu_u * u[c]) / d);
-            fi[c] += f;
-            add_fixed(out + (size_t)tj + c * stride, -f);
-        }
+        for (int c = 0; c < 3; c++) edge_f[(e0 + s) * 3 + c] = factor * (gd * u[c] + (gu[c] - gu_u * u[c]) / d);
     }
-    for (int c = 0; c < 3; c++) add_fixed(out + (size_t)ti + c * stride, fi[c]);
 }
 
-__global__ void k_tn_fixed_to_xyz(const unsigned long long* __restrict__ fixed, int n, double* __restrict__ out) {
-    const int q = blockIdx.x * blockDim.x + threadIdx.x;
-    if (q < 3 * n) out[q] = (double)(long long)fixed[(q % 3) * (size_t)n + q / 3] / (double)0x100000000LL;
+template <typename real> __global__ void k_tn_gather(const TnBuf<real> b, const double* __restrict__ edge_f, double* __restrict__ force) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= b.n) return;
+    const int ns = b.nbr_n[i];
+    double f[3] = {force[3 * (size_t)i], force[3 * (size_t)i + 1], force[3 * (size_t)i + 2]};
+    for (int k = 0; k < ns; k++) {
+        const size_t e = (size_t)i * (b.cap + 1) + 1 + k;
+        for (int c = 0; c < 3; c++) f[c] += edge_f[e * 3 + c];
+        const int j = b.nbr_j[(size_t)i * b.cap + k];
+        const int* list = b.nbr_j + (size_t)j * b.cap;
+        int lo = 0, hi = b.nbr_n[j] - 1;
+        while (lo < hi) { /* the slot of i in j's list */
+            const int mid = (lo + hi) / 2;
+            if (list[mid] < i) lo = mid + 1;
+            else hi = mid;
+        }
+        if (hi >= 0 && list[lo] == i) {
+            const size_t ej = (size_t)j * (b.cap + 1) + 1 + lo;
+            for (int c = 0; c < 3; c++) f[c] -= edge_f[ej * 3 + c];
+        }
+    }
+    for (int c = 0; c < 3; c++) force[3 * (size_t)i + c] = f[c];
+}
+
+/* The forces (kJ/mol/nm or the plan's units) to the caller: plain doubles per atom, or added to
+   OpenMM's fixed-point buffer at each atom's place. */
+__global__ void k_tn_forces_out(const double* __restrict__ force, int n, int fixed, const int* __restrict__ force_index,
+                                void* __restrict__ out, long long stride) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (!fixed) {
+        for (int c = 0; c < 3; c++) ((double*)out)[3 * (size_t)i + c] = force[3 * (size_t)i + c];
+        return;
+    }
+    const int t = force_index[i];
+    for (int c = 0; c < 3; c++) add_fixed((unsigned long long*)out + (size_t)t + c * stride, force[3 * (size_t)i + c]);
 }
 
 /* Per-batch energies in atom order, the total, the error flags (only raised ones reach the host). */
@@ -956,13 +990,13 @@ typedef struct tn_cuda_state {
     void* weights;                              /* every member's weights in the evaluation's precision */
     void* nets;                                 /* host: TnNet<real> per member */
     void* layers;                               /* host: TnLayer<real> per member and layer */
-    double* atomref;                            /* device: every member's atomref, double */
+    double* atomref;                            /* device, double: every member's means, betas and atomref */
     int *z, *batch, *order, *batch_start, *particle, *index_of, *force_index, *nbr_n, *nbr_j, *flags;
     void *pos, *nbr_r, *cq, *work;              /* work: the per-atom and per-edge buffers */
     size_t work_bytes, edge_bytes;              /* edge_bytes: the part (gd, gu) cleared per member */
     void* gd;                                   /* start of gd, gu in work */
     double *atom_e, mean_sum;
-    unsigned long long* fixed;                  /* forces for NNP_FORCES_XYZ_DOUBLE */
+    double *force, *edge_f;                     /* per atom (3), per edge (3): the forces in double */
     int* host_flags;                            /* mapped pinned memory */
     int* host_flags_dev;
     CUcontext context;
@@ -973,7 +1007,7 @@ static void tn_state_free(tn_cuda_state* s) {
     CUcontext pushed = NULL;
     if (s->context != NULL && nnp_cuda_driver.loaded) nnp_cuda_driver.ctxPushCurrent(s->context), pushed = s->context;
     void* dev[] = {s->weights, s->atomref, s->z, s->batch, s->order, s->batch_start, s->particle, s->index_of, s->force_index,
-                   s->nbr_n, s->nbr_j, s->flags, s->pos, s->nbr_r, s->cq, s->work, s->atom_e, s->fixed, s->base.batch_energy};
+                   s->nbr_n, s->nbr_j, s->flags, s->pos, s->nbr_r, s->cq, s->work, s->atom_e, s->force, s->edge_f, s->base.batch_energy};
     for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
         if (dev[k]) cudaFree(dev[k]);
     if (s->host_flags) cudaFreeHost(s->host_flags);
@@ -1034,8 +1068,7 @@ template <typename real> static nnp_status tn_upload_weights(const tn_model* tm,
             const tn_member* m = &tm->members[k];
             TnNet<real>& N = nets[k - s->first];
             N.F = m->F, N.R = m->R, N.L = m->L, N.H = m->n_head, N.group = m->group;
-            N.cl = (real)m->cl, N.cu = (real)m->cu, N.alpha = (real)m->alpha, N.stdv = (real)m->std;
-            N.means = arr(m->means, (size_t)m->R), N.betas = arr(m->betas, (size_t)m->R);
+            N.cl = m->cl, N.cu = m->cu, N.alpha = m->alpha, N.stdv = (real)m->std;
             N.emb = arr(m->emb, (size_t)m->max_z * m->F);
             N.init_w = arr(m->init_w, (size_t)m->F), N.init_b = arr(m->init_b, (size_t)m->F);
             N.out_w = arr(m->out_w, (size_t)3 * m->F), N.out_b = arr(m->out_b, (size_t)3 * m->F);
@@ -1072,19 +1105,22 @@ template <typename real> static nnp_status tn_upload_weights(const tn_model* tm,
         st = nnp_fail(NNP_ERR_CUDA, "uploading TensorNet's weights: %s", cudaGetErrorString(cudaGetLastError()));
     free(host);
     if (st != NNP_OK) return st;
-    /* atomref, double, per member */
-    size_t n_ref = 0;
-    for (int k = s->first; k < s->last; k++) n_ref += tm->members[k].has_atomref ? (size_t)tm->members[k].max_z : 0;
-    if (n_ref > 0) {
-        TN_ALLOC(s->atomref, n_ref * sizeof(double));
-        size_t at = 0;
-        for (int k = s->first; k < s->last; k++) {
-            const tn_member* m = &tm->members[k];
-            if (!m->has_atomref) continue;
-            TN_UPLOAD(s->atomref + at, m->atomref, (size_t)m->max_z * sizeof(double));
-            nets[k - s->first].atomref = s->atomref + at;
-            at += (size_t)m->max_z;
-        }
+    /* in double, per member: the radial basis' means and betas, the atomref */
+    size_t n_dbl = 0;
+    for (int k = s->first; k < s->last; k++)
+        n_dbl += 2 * (size_t)tm->members[k].R + (tm->members[k].has_atomref ? (size_t)tm->members[k].max_z : 0);
+    TN_ALLOC(s->atomref, n_dbl * sizeof(double));
+    size_t at = 0;
+    for (int k = s->first; k < s->last; k++) {
+        const tn_member* m = &tm->members[k];
+        TnNet<real>& N = nets[k - s->first];
+        TN_UPLOAD(s->atomref + at, m->means, (size_t)m->R * sizeof(double));
+        N.means = s->atomref + at, at += (size_t)m->R;
+        TN_UPLOAD(s->atomref + at, m->betas, (size_t)m->R * sizeof(double));
+        N.betas = s->atomref + at, at += (size_t)m->R;
+        if (!m->has_atomref) continue;
+        TN_UPLOAD(s->atomref + at, m->atomref, (size_t)m->max_z * sizeof(double));
+        N.atomref = s->atomref + at, at += (size_t)m->max_z;
     }
     return NNP_OK;
 }
@@ -1170,11 +1206,12 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     TN_ALLOC(s->nbr_n, N * sizeof(int));
     TN_ALLOC(s->nbr_j, N * (size_t)s->cap * sizeof(int));
     TN_ALLOC(s->flags, sizeof(TN_FLAG_CLEAR));
-    TN_ALLOC(s->pos, N * sizeof(real4));
-    TN_ALLOC(s->nbr_r, N * (size_t)s->cap * sizeof(real4));
+    TN_ALLOC(s->pos, N * sizeof(nnp_double4));
+    TN_ALLOC(s->nbr_r, N * (size_t)s->cap * sizeof(nnp_double4));
     TN_ALLOC(s->cq, N * sizeof(real));
     TN_ALLOC(s->atom_e, N * sizeof(double));
-    TN_ALLOC(s->fixed, 3 * N * sizeof(unsigned long long));
+    TN_ALLOC(s->force, 3 * N * sizeof(double));
+    TN_ALLOC(s->edge_f, 3 * E * sizeof(double));
     TN_ALLOC(s->base.batch_energy, (size_t)(nb > 0 ? nb : 1) * sizeof(double));
     /* per-atom and per-edge buffers: Zp, Zq F; Xe 9F; X (L+1)·9F; Yirr, Mirr L·10F; B, dX L·9F; gX 9F;
        gM, gY 10F; fac E·3F; gd E; gu 3E */
@@ -1218,7 +1255,7 @@ template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, c
     const size_t n = (size_t)s->n, F = (size_t)N.F, E = n * (size_t)(s->cap + 1);
     b.n = s->n, b.cap = s->cap;
     b.z = s->z, b.nbr_n = s->nbr_n, b.nbr_j = s->nbr_j;
-    b.pos = (const typename real4_of<real>::type*)s->pos, b.nbr_r = (const typename real4_of<real>::type*)s->nbr_r;
+    b.nbr_r = (const nnp_double4*)s->nbr_r;
     b.cq = (const real*)s->cq;
     real* p = (real*)s->work;
     b.Zp = p, p += n * F;
@@ -1240,9 +1277,8 @@ template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, c
 }
 
 template <typename real>
-static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io* io, cudaStream_t stream, const Box<real>& box,
-                            real to_model, double energy_unit, double force_factor) {
-    typedef typename real4_of<real>::type real4;
+static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io* io, cudaStream_t stream, const Box<double>& box,
+                            double to_model, double energy_unit, double force_factor) {
     const tn_model* tm = (const tn_model*)plan->model->family_data;
     const int n = s->n;
     const int forces = io->forces_format != NNP_FORCES_NONE;
@@ -1252,23 +1288,14 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             k_inverse_order<<<(io->n_particles + 127) / 128, 128, 0, stream>>>(io->sorted_particles, io->n_particles, s->index_of);
             index_of = s->index_of;
         }
-        k_tn_positions<real><<<(n + 127) / 128, 128, 0, stream>>>(io->positions, (int)io->positions_format, index_of, s->particle, n,
-                                                                   to_model, (real4*)s->pos, s->force_index, s->flags);
-        const real rc = (real)tm->cutoff;
-        k_tn_neighbors<real><<<(n + TN_NBR_WARPS - 1) / TN_NBR_WARPS, 32 * TN_NBR_WARPS, 0, stream>>>(
-            (const real4*)s->pos, s->batch, s->order, s->batch_start, n, s->cap, rc * rc, box, s->nbr_n, s->nbr_j, (real4*)s->nbr_r,
+        k_tn_positions<<<(n + 127) / 128, 128, 0, stream>>>(io->positions, (int)io->positions_format, index_of, s->particle, n,
+                                                                   to_model, (nnp_double4*)s->pos, s->force_index, s->flags);
+        const double rc = tm->cutoff;
+        k_tn_neighbors<<<(n + TN_NBR_WARPS - 1) / TN_NBR_WARPS, 32 * TN_NBR_WARPS, 0, stream>>>(
+            (const nnp_double4*)s->pos, s->batch, s->order, s->batch_start, n, s->cap, rc * rc, box, s->nbr_n, s->nbr_j, (nnp_double4*)s->nbr_r,
             s->flags);
         CUDA_TRY(cudaMemsetAsync(s->atom_e, 0, (size_t)n * sizeof(double), stream));
-        unsigned long long* out = NULL;
-        long long stride = n;
-        if (forces) {
-            if (io->forces_format == NNP_FORCES_FIXED_POINT) {
-                out = (unsigned long long*)io->forces, stride = io->forces_stride;
-            } else {
-                out = s->fixed;
-                CUDA_TRY(cudaMemsetAsync(s->fixed, 0, 3 * (size_t)n * sizeof(unsigned long long), stream));
-            }
-        }
+        if (forces) CUDA_TRY(cudaMemsetAsync(s->force, 0, 3 * (size_t)n * sizeof(double), stream));
         const TnNet<real>* nets = (const TnNet<real>*)s->nets;
         const TnLayer<real>* layers = (const TnLayer<real>*)s->layers;
         const double scale = 1.0 / (s->last - s->first);
@@ -1290,12 +1317,12 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 k_tn_b2<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
             }
             k_tn_embed_back<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
-            k_tn_forces<real><<<(n + 127) / 128, 128, 0, stream>>>(b, scale * force_factor,
-                                                                    io->forces_format == NNP_FORCES_FIXED_POINT ? s->force_index : NULL,
-                                                                    out, stride);
+            k_tn_edge_forces<real><<<(n + 127) / 128, 128, 0, stream>>>(b, scale * force_factor, s->edge_f);
+            k_tn_gather<real><<<(n + 127) / 128, 128, 0, stream>>>(b, s->edge_f, s->force);
         }
-        if (io->forces_format == NNP_FORCES_XYZ_DOUBLE)
-            k_tn_fixed_to_xyz<<<(3 * n + 255) / 256, 256, 0, stream>>>(s->fixed, n, (double*)io->forces);
+        if (forces)
+            k_tn_forces_out<<<(n + 127) / 128, 128, 0, stream>>>(s->force, n, io->forces_format == NNP_FORCES_FIXED_POINT,
+                                                                 s->force_index, io->forces, io->forces_stride);
     }
     k_tn_finish<<<1, 256, 0, stream>>>(s->atom_e, s->order, s->batch_start, s->n_batches, s->mean_sum, energy_unit,
                                        s->base.batch_energy, io->energy, io->energy_is_double, s->flags, s->host_flags_dev);
@@ -1352,12 +1379,9 @@ extern "C" nnp_status nnp_tn_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io
     }
     /* forces: −dE/dx in the plan's units */
     const double force_factor = -energy_unit * to_model;
-    if (s->precision == NNP_PRECISION_DOUBLE) {
-        Box<double> box = {io->box != NULL, {0}};
-        for (int k = 0; io->box && k < 9; k++) box.a[k] = io->box[k] * to_model;
-        return tn_launch<double>(plan, s, io, stream, box, to_model, energy_unit, force_factor);
-    }
-    Box<float> box = {io->box != NULL, {0}};
-    for (int k = 0; io->box && k < 9; k++) box.a[k] = (float)(io->box[k] * to_model);
-    return tn_launch<float>(plan, s, io, stream, box, (float)to_model, energy_unit, force_factor);
+    /* positions, distances and the radial basis in double whatever the precision (see rbf_sh) */
+    Box<double> box = {io->box != NULL, {0}};
+    for (int k = 0; io->box && k < 9; k++) box.a[k] = io->box[k] * to_model;
+    if (s->precision == NNP_PRECISION_DOUBLE) return tn_launch<double>(plan, s, io, stream, box, to_model, energy_unit, force_factor);
+    return tn_launch<float>(plan, s, io, stream, box, to_model, energy_unit, force_factor);
 }
