@@ -11,8 +11,11 @@
 
 #include <cuda_runtime_api.h>
 
-/* Agreement with the CPU's float64 evaluation: relative per-batch energy and relative RMS of forces. */
-#define SINGLE_ENERGY 1e-9
+/* Agreement with the CPU's float64 evaluation: per-batch energy relative to the batch's energy
+   (float64) or to the mean |batch energy| of the system (float32: the random test models' batch
+   energies are small sums of terms of both signs, so their own relative error says little), and
+   relative RMS of the forces. */
+#define SINGLE_ENERGY 2e-6
 #define SINGLE_FORCES 5e-6
 #define DOUBLE_ENERGY 1e-12
 #define DOUBLE_FORCES 1e-10
@@ -136,12 +139,14 @@ static void compare(const char* model_name, nnp_model* model, const system_t* s,
     double *b_cpu = malloc(sizeof(double) * (s->n_batches + 1)), *b_gpu = malloc(sizeof(double) * (s->n_batches + 1));
     CHECK_OK(nnp_evaluate_cpu(cpu, s->pos, s->periodic ? s->box : NULL, &e_cpu, b_cpu, f_cpu));
     CHECK_OK(eval_plain(gpu, s, &e_gpu, f_gpu, b_gpu));
-    double worst = 0;
-    for (int b = 0; b < s->n_batches; b++) worst = fmax(worst, fabs(b_gpu[b] - b_cpu[b]) / fmax(fabs(b_cpu[b]), 1e-300));
-    const double frms = rms_relative(f_cpu, f_gpu, (int)n3);
     const int dbl = precision == NNP_PRECISION_DOUBLE;
-    printf("%s, %s, %d atoms in %d batches, %s, member %d: energy CPU %.12g GPU %.12g, worst batch rel %.2e, forces rel RMS %.2e\n",
-           model_name, s->name, s->n, s->n_batches, dbl ? "double" : "single", member, e_cpu, e_gpu, worst, frms);
+    double worst = 0, scale = 0;
+    for (int b = 0; b < s->n_batches; b++) scale += fabs(b_cpu[b]) / s->n_batches;
+    for (int b = 0; b < s->n_batches; b++) worst = fmax(worst, fabs(b_gpu[b] - b_cpu[b]) / fmax(dbl ? fabs(b_cpu[b]) : scale, 1e-300));
+    const double frms = rms_relative(f_cpu, f_gpu, (int)n3);
+    printf("%s, %s, %d atoms in %d batches, %s, member %d: energy CPU %.12g GPU %.12g, worst batch %.2e (of %s), forces rel RMS %.2e\n",
+           model_name, s->name, s->n, s->n_batches, dbl ? "double" : "single", member, e_cpu, e_gpu, worst,
+           dbl ? "its energy" : "the mean |batch energy|", frms);
     CHECK(worst <= (dbl ? DOUBLE_ENERGY : SINGLE_ENERGY));
     CHECK(frms <= (dbl ? DOUBLE_FORCES : SINGLE_FORCES));
     /* the same bits again; and energy alone agrees with energy and forces */

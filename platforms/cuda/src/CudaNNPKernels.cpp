@@ -66,10 +66,6 @@ CudaCalcNNPForceKernel::~CudaCalcNNPForceKernel() {
 
 void CudaCalcNNPForceKernel::initialize(const System&, const NNPForce& force) {
     model = force.getInternalModel();
-    if (nnp_model_family(model->get()) != NNP_FAMILY_ANI)
-        throw OpenMMException("NNPForce: the CUDA platform runs ANI models only so far; the " +
-                              std::string(nnp_model_family_name(model->get())) + " model " + force.getModelName() +
-                              " runs on the Reference and CPU platforms");
     checkNNP(nnp_plan_create(model->get(), &plan), "cannot create a plan");
     checkNNP(nnp_plan_set_units(plan, NNP_UNITS_NM_KJMOL), "cannot set units");
     checkNNP(nnp_plan_set_cuda_precision(plan, cu.getUseDoublePrecision() ? NNP_PRECISION_DOUBLE : NNP_PRECISION_SINGLE),

@@ -1,0 +1,132 @@
+/* A TensorNet NNPForce on the CUDA platform against the Reference platform (energy, forces, per-batch
+   energies of charged batches, in mixed and double precision), a changed charge reaching the running
+   Context, and NNPVerletIntegrator / NNPLangevinIntegrator replaying whole steps from CUDA graphs
+   (energy conserved under Verlet, equal to a plain VerletIntegrator's first steps).
+     TestCudaTensorNet MODEL.nnpm   (a converted TensorNet test checkpoint) */
+#include "NNPIntegrators.h"
+#include "TestHelpers.h"
+
+const char* platformName = "CUDA";
+std::map<string, string> platformProperties;
+
+static int failures = 0;
+#define CHECK(cond)                                                                          \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            std::cerr << __FILE__ << ":" << __LINE__ << ": CHECK failed: " #cond << std::endl; \
+            failures++;                                                                      \
+        }                                                                                    \
+    } while (0)
+
+/* Three drug-like molecules, one batch each, charges +1, 0, −1, 3 nm apart. */
+static NNPForce* build(System& system, vector<Vec3>& positions, const string& model) {
+    vector<Molecule> mols;
+    for (const char* d : drugs) mols.push_back(readXyz(d));
+    for (size_t k = 0; k < mols.size(); k++)
+        for (Vec3& p : mols[k].pos) p += Vec3(3.0 * k, 0, 0);
+    NNPForce* force = buildSystem(system, positions, mols, model);
+    for (int b = 0; b < 3; b++) force->setBatchCharge(b, 1 - b);
+    return force;
+}
+
+static double rmsRelative(const vector<Vec3>& ref, const vector<Vec3>& x) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); i++) num += (x[i] - ref[i]).dot(x[i] - ref[i]), den += ref[i].dot(ref[i]);
+    return std::sqrt(num / den);
+}
+
+static void compareWithReference(const string& model, const string& precision) {
+    System system;
+    vector<Vec3> positions;
+    NNPForce* force = build(system, positions, model);
+    VerletIntegrator i1(0.001), i2(0.001);
+    Context ref(system, i1, Platform::getPlatformByName("Reference"));
+    Context cuda(system, i2, Platform::getPlatformByName("CUDA"), {{"Precision", precision}});
+    ref.setPositions(positions);
+    cuda.setPositions(positions);
+    State sr = ref.getState(State::Energy | State::Forces), sc = cuda.getState(State::Energy | State::Forces);
+    vector<double> br = force->getBatchEnergies(ref), bc = force->getBatchEnergies(cuda);
+    double scale = 0, worst = 0;
+    for (double e : br) scale += std::fabs(e) / br.size();
+    for (size_t b = 0; b < br.size(); b++) worst = std::max(worst, std::fabs(bc[b] - br[b]) / scale);
+    const double frms = rmsRelative(sr.getForces(), sc.getForces());
+    const bool dbl = precision == "double";
+    std::cout << precision << ": energy Reference " << std::setprecision(12) << sr.getPotentialEnergy() << " CUDA "
+              << sc.getPotentialEnergy() << ", worst batch " << std::setprecision(3) << worst
+              << " of the mean |batch energy|, forces rel RMS " << frms << std::endl;
+    CHECK(worst <= (dbl ? 1e-12 : 2e-6));
+    CHECK(frms <= (dbl ? 1e-10 : 5e-6));
+    CHECK(std::fabs(sc.getPotentialEnergy() - sr.getPotentialEnergy()) <= (dbl ? 1e-12 : 2e-6) * 3 * scale);
+    /* a changed charge reaches both Contexts */
+    force->setBatchCharge(2, 0);
+    force->updateParametersInContext(ref);
+    force->updateParametersInContext(cuda);
+    vector<double> br2 = force->getBatchEnergies(ref), bc2 = force->getBatchEnergies(cuda);
+    CHECK(br2[2] != br[2]);
+    CHECK(std::fabs(bc2[2] - br2[2]) <= (dbl ? 1e-12 : 2e-6) * scale);
+}
+
+/* NVE with the plugin's Verlet integrator (graphs of whole steps) on CUDA: the first steps equal a
+   plain VerletIntegrator's, and the total energy is conserved over 400 steps. */
+static void integrators(const string& model) {
+    System system;
+    vector<Vec3> positions;
+    build(system, positions, model);
+    NNPVerletIntegrator nnp(0.0002);
+    VerletIntegrator plain(0.0002);
+    Context c1(system, nnp, Platform::getPlatformByName("CUDA"), {{"Precision", "mixed"}});
+    Context c2(system, plain, Platform::getPlatformByName("CUDA"), {{"Precision", "mixed"}});
+    c1.setPositions(positions);
+    c2.setPositions(positions);
+    c1.setVelocitiesToTemperature(300, 5);
+    c2.setVelocities(c1.getState(State::Velocities).getVelocities());
+    nnp.step(10);
+    plain.step(10);
+    const vector<Vec3>& p1 = c1.getState(State::Positions).getPositions();
+    const vector<Vec3>& p2 = c2.getState(State::Positions).getPositions();
+    double worst = 0;
+    for (size_t i = 0; i < p1.size(); i++) worst = std::max(worst, std::sqrt((p1[i] - p2[i]).dot(p1[i] - p2[i])));
+    std::cout << "NNPVerletIntegrator against VerletIntegrator after 10 steps: largest position difference " << worst << " nm"
+              << std::endl;
+    CHECK(worst < 1e-5);
+    State s0 = c1.getState(State::Energy);
+    const double e0 = s0.getPotentialEnergy() + s0.getKineticEnergy();
+    double largest = 0;
+    for (int k = 0; k < 20; k++) {
+        nnp.step(20);
+        State s = c1.getState(State::Energy);
+        largest = std::max(largest, std::fabs(s.getPotentialEnergy() + s.getKineticEnergy() - e0));
+    }
+    std::cout << "NVE, 400 steps of 0.2 fs: largest total-energy change " << largest << " kJ/mol (kinetic "
+              << s0.getKineticEnergy() << ")" << std::endl;
+    CHECK(largest < 0.01 * s0.getKineticEnergy());
+    NNPLangevinIntegrator langevin(300, 1.0, 0.0005);
+    Context c3(system, langevin, Platform::getPlatformByName("CUDA"), {{"Precision", "mixed"}});
+    c3.setPositions(positions);
+    langevin.step(100);
+    const double e = c3.getState(State::Energy).getPotentialEnergy();
+    std::cout << "NNPLangevinIntegrator, 100 steps: potential energy " << e << std::endl;
+    CHECK(std::isfinite(e));
+}
+
+int main(int argc, char** argv) {
+    try {
+        if (argc != 2) {
+            std::cerr << "usage: TestCudaTensorNet MODEL.nnpm" << std::endl;
+            return 2;
+        }
+        if (!platformAvailable("IntegrateNNPStep")) return 77;
+        compareWithReference(argv[1], "mixed");
+        compareWithReference(argv[1], "double");
+        integrators(argv[1]);
+    } catch (const std::exception& e) {
+        std::cout << "exception: " << e.what() << std::endl;
+        return 1;
+    }
+    if (failures > 0) {
+        std::cout << failures << " check(s) failed" << std::endl;
+        return 1;
+    }
+    std::cout << "Done" << std::endl;
+    return 0;
+}
