@@ -83,7 +83,9 @@ for step in "${steps[@]}"; do
   sanitize-tensornet) sanitize_tensornet ;;
   tensornet)
     timeout 300 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d"/tensornet/*.nnpm > "$out/tensornet.txt" 2>&1
-    echo "test_tensornet_cuda: exit $?"; grep -vE "^  ok" "$out/tensornet.txt" | tail -n 40 ;;
+    echo "test_tensornet_cuda: exit $?"; grep -vE "^  ok" "$out/tensornet.txt" | tail -n 40
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 300 "$root/build-gpu/platforms/cuda/TestCudaTensorNet" "$d/tensornet/o3-atomref.nnpm" > "$out/tensornet-openmm.txt" 2>&1
+    echo "TestCudaTensorNet: exit $?"; grep -vE "^  ok" "$out/tensornet-openmm.txt" | tail -n 12 ;;
   sanitize-large)
     # The tensor-core GEMMs (many and middle row counts) alone, when device time is short: memcheck of
     # every kernel and racecheck of k_gemm_big* on the 40- and 10-molecule systems (NNP_TEST_QUICK=large).

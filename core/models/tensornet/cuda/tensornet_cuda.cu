@@ -33,6 +33,7 @@
 #define TN_THREADS 128             /* threads per atom block (a multiple of 32) */
 #define TN_NBR_WARPS 4             /* atoms per block of the neighbour search */
 #define TN_CUDA_MAX_NEIGHBORS 1024 /* neighbour slots per atom at most */
+#define TN_TABLE_POINTS 4096       /* float32: grid points of the radial tables over [d0, cutoff_upper] (see RadialTable) */
 
 #define TN_NI 10 /* irreducible components per channel: I (1), A (3), S (6) */
 __device__ __constant__ int tn_part_d[TN_NI] = {0, 1, 1, 1, 2, 2, 2, 2, 2, 2};
@@ -57,10 +58,58 @@ template <typename real> struct TnNet {
     const double* atomref; /* max_z, or NULL */
     Lin<real> emb2, dp[3], elt[3], els[2], linear, head[TN_MAX_HEAD];
     int wide; /* the widest of 3F and the head's widths */
+    const real* emb_table; /* float32: the embedding's radial factors (RadialTable), else NULL */
 };
 template <typename real> struct TnLayer {
     Lin<real> lls[3], llt[6];
+    const real* table; /* float32: the layer's radial filter (RadialTable), else NULL */
 };
+
+/*
+ * Radial tables (float32 evaluation). Each interaction layer's filter f(d) = SiLU(L₃ SiLU(L₂ SiLU(L₁
+ * rbf(d)))) · C(d) and the embedding's factors dp_q(rbf(d)) · C(d) (q = 1, 2, 3) are 3F functions of
+ * the distance alone. They are tabulated once per plan, exactly in double (k_tn_tables), with their
+ * derivatives, at TN_TABLE_POINTS points d_g = d0 + g h over [d0, cutoff_upper] (d0 = cutoff_lower,
+ * or 0), and read by cubic Hermite interpolation: per edge 4 · 3F table reads instead of the 8F²
+ * multiply-adds of the filter network, forward and backward. The forces are the exact derivative of
+ * the interpolant, so energy and forces stay consistent. Row g holds the 3F values, then the 3F
+ * derivatives. Below d0 (the self loop where cutoff_lower > 0) every factor is 0. The interpolation
+ * error (h⁴/384 · |f⁗|, the basis' widths ≥ 0.06 Å for 32 functions over 5 Å) is below float32's
+ * rounding; test_tensornet_cuda measures the total against the CPU.
+ */
+struct RadialPoint {
+    int g;          /* interval [d_g, d_g+1], or -1: below d0 */
+    double s, h;    /* position in it (0..1), its width */
+};
+template <typename real> __device__ __forceinline__ RadialPoint radial_point(const TnNet<real>& N, double d) {
+    RadialPoint p;
+    const double d0 = N.cl > 0 ? N.cl : 0.0;
+    p.h = (N.cu - d0) / (TN_TABLE_POINTS - 1);
+    if (d < d0) {
+        p.g = -1, p.s = 0;
+        return p;
+    }
+    const double x = (d - d0) / p.h;
+    int g = (int)x;
+    if (g > TN_TABLE_POINTS - 2) g = TN_TABLE_POINTS - 2;
+    p.g = g, p.s = x - g;
+    return p;
+}
+/* Factor k (of 3F) of a table at p: value, and derivative d/dd when dv != NULL. */
+template <typename real>
+__device__ __forceinline__ real radial_value(const real* __restrict__ T, int F3, const RadialPoint& p, int k, real* dv) {
+    if (p.g < 0) {
+        if (dv) *dv = 0;
+        return 0;
+    }
+    const real* r0 = T + (size_t)p.g * 2 * F3;
+    const real* r1 = r0 + 2 * F3;
+    const real f0 = r0[k], d0 = r0[F3 + k], f1 = r1[k], d1 = r1[F3 + k];
+    const real s = (real)p.s, h = (real)p.h, s2 = s * s, s3 = s2 * s;
+    if (dv) *dv = (real(6) * (s2 - s) * (f0 - f1)) / h + (real(3) * s2 - real(4) * s + real(1)) * d0 + (real(3) * s2 - real(2) * s) * d1;
+    return (real(2) * s3 - real(3) * s2 + real(1)) * f0 + (s3 - real(2) * s2 + s) * h * d0 + (real(3) * s2 - real(2) * s3) * f1 +
+           (s3 - s2) * h * d1;
+}
 
 /* The evaluation's buffers (device pointers). Edge e = i · (cap + 1) + s of atom i: s = 0 its self
    loop, s = k + 1 its neighbour k. */
@@ -310,6 +359,62 @@ __device__ real edge_mlp_back(const TnNet<real>& N, const TnLayer<real>& Ly, dou
 
 /* ------------------------------------------------------------------ kernels */
 
+/* The radial tables (RadialTable), exactly in double: one block per grid point, the layer's filter
+   network and its derivative along d (forward mode). */
+__global__ void __launch_bounds__(TN_THREADS) k_tn_table_layer(const TnNet<double> N, const TnLayer<double> Ly, float* __restrict__ T) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    Arena<double> A = {(double*)tn_smem};
+    const int g = blockIdx.x, F = N.F;
+    double *rb = A.take(N.R), *drb = A.take(N.R), *h1 = A.take(F), *dh1 = A.take(F), *a = A.take(2 * F), *da = A.take(2 * F),
+           *h2 = A.take(2 * F), *dh2 = A.take(2 * F), *h3 = A.take(3 * F), *dh3 = A.take(3 * F);
+    const double d0 = N.cl > 0 ? N.cl : 0.0, d = d0 + g * (N.cu - d0) / (TN_TABLE_POINTS - 1);
+    Lin<double> L0 = Ly.lls[0], L1 = Ly.lls[1], L2 = Ly.lls[2];
+    Lin<double> T0 = L0, T1 = L1, T2 = L2; /* the tangents: no bias */
+    T0.b = T1.b = T2.b = NULL;
+    rbf_sh(N, d, rb, drb);
+    __syncthreads();
+    lin_fwd(L0, rb, h1);
+    lin_fwd(T0, drb, dh1);
+    __syncthreads();
+    for (int k = threadIdx.x; k < F; k += TN_THREADS) a[k] = silu(h1[k]), da[k] = silu_d(h1[k]) * dh1[k];
+    __syncthreads();
+    lin_fwd(L1, a, h2);
+    lin_fwd(T1, da, dh2);
+    __syncthreads();
+    for (int k = threadIdx.x; k < 2 * F; k += TN_THREADS) a[k] = silu(h2[k]), da[k] = silu_d(h2[k]) * dh2[k];
+    __syncthreads();
+    lin_fwd(L2, a, h3);
+    lin_fwd(T2, da, dh3);
+    __syncthreads();
+    double c, dc;
+    cutoff_fn(N, d, &c, &dc);
+    float* row = T + (size_t)g * 6 * F;
+    for (int k = threadIdx.x; k < 3 * F; k += TN_THREADS) {
+        row[k] = (float)(silu(h3[k]) * c);
+        row[3 * F + k] = (float)(silu_d(h3[k]) * dh3[k] * c + silu(h3[k]) * dc);
+    }
+}
+__global__ void __launch_bounds__(TN_THREADS) k_tn_table_embed(const TnNet<double> N, float* __restrict__ T) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    Arena<double> A = {(double*)tn_smem};
+    const int g = blockIdx.x, F = N.F;
+    double *rb = A.take(N.R), *drb = A.take(N.R);
+    const double d0 = N.cl > 0 ? N.cl : 0.0, d = d0 + g * (N.cu - d0) / (TN_TABLE_POINTS - 1);
+    rbf_sh(N, d, rb, drb);
+    __syncthreads();
+    double c, dc;
+    cutoff_fn(N, d, &c, &dc);
+    float* row = T + (size_t)g * 6 * F;
+    for (int k = threadIdx.x; k < 3 * F; k += TN_THREADS) {
+        const int q = k / F, f = k - q * F;
+        const Lin<double>& L = N.dp[q];
+        double p = L.b[f], dp = 0;
+        for (int r = 0; r < N.R; r++) p += L.wt[(size_t)r * F + f] * rb[r], dp += L.wt[(size_t)r * F + f] * drb[r];
+        row[k] = (float)(p * c);
+        row[3 * F + k] = (float)(dp * c + p * dc);
+    }
+}
+
 __global__ void k_tn_positions(const void* __restrict__ positions, int format, const int* __restrict__ index_of,
                                const int* __restrict__ particle, int n, double to_unit, nnp_double4* __restrict__ pos,
                                int* __restrict__ force_index, int* __restrict__ flags) {
@@ -455,18 +560,25 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
         real c, dc;
         cutoff_fn(N, d, &c, &dc);
         if (c == 0) continue;
-        __syncthreads(); /* the previous edge's rb has been read */
-        rbf_sh(N, d, rb, (real*)NULL);
-        __syncthreads();
+        const RadialPoint rp = radial_point(N, d);
+        if (N.emb_table == NULL) {
+            __syncthreads(); /* the previous edge's rb has been read */
+            rbf_sh(N, d, rb, (real*)NULL);
+            __syncthreads();
+        }
         const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
         for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-            const real C = c * (b.Zp[(size_t)i * F + f] + b.Zq[(size_t)j * F + f]);
+            const real zij = b.Zp[(size_t)i * F + f] + b.Zq[(size_t)j * F + f];
             real w[3];
             for (int q = 0; q < 3; q++) {
+                if (N.emb_table) {
+                    w[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, (real*)NULL) * zij;
+                    continue;
+                }
                 const Lin<real>& L = N.dp[q];
                 real s2 = L.b[f];
                 for (int r = 0; r < N.R; r++) s2 += L.wt[(size_t)r * F + f] * rb[r];
-                w[q] = s2 * C;
+                w[q] = s2 * c * zij;
             }
             const real v0 = w[1] * u[0], v1 = w[1] * u[1], v2 = w[1] * u[2];
             for (int r = 0; r < 3; r++)
@@ -519,10 +631,19 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
         real u[3];
         const int j = edge_geometry(b, i, s, &d, u);
         if (s > 0 && !edge_on(N, d)) continue;
+        const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
+        if (Ly.table) { /* each thread its channels' factors: no barrier */
+            const RadialPoint rp = radial_point(N, d);
+            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                real fq[3];
+                for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (real*)NULL);
+                for (int c = 0; c < TN_NI; c++) Mi[c * F + f] += fq[tn_part_d[c]] * Yj[c * F + f];
+            }
+            continue;
+        }
         __syncthreads(); /* the previous edge's fac has been read */
         edge_mlp(N, Ly, d, rb, (real*)NULL, h1, h2, h3, a, fac);
         __syncthreads();
-        const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
         for (int f = threadIdx.x; f < F; f += TN_THREADS)
             for (int c = 0; c < TN_NI; c++) Mi[c * F + f] += fac[tn_part_d[c] * F + f] * Yj[c * F + f];
     }
@@ -723,11 +844,28 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
         real u[3];
         const int j = edge_geometry(b, i, s, &d, u);
         if (s > 0 && !edge_on(N, d)) continue;
+        const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
+        if (Ly.table) { /* dE/dd = Σ dE/dfac · dfac/dd from the table; k_tn_b2 reads the factors there too */
+            if (s == 0) continue;
+            const RadialPoint rp = radial_point(N, d);
+            real part = 0;
+            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                real g3[3] = {0, 0, 0};
+                for (int c = 0; c < TN_NI; c++) g3[tn_part_d[c]] += gMi[c * F + f] * Yj[c * F + f];
+                for (int q = 0; q < 3; q++) {
+                    real dv;
+                    radial_value(Ly.table, 3 * F, rp, q * F + f, &dv);
+                    part += g3[q] * dv;
+                }
+            }
+            const real gd = block_sum(part, red);
+            if (threadIdx.x == 0) b.gd[e0 + s] += gd;
+            continue;
+        }
         real* fe = b.fac + (e0 + s) * 3 * F;
         __syncthreads();
         edge_mlp(N, Ly, d, rb, drb, h1, h2, h3, a, fe);
         if (s == 0) continue; /* the self loop does not move */
-        const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
         for (int f = threadIdx.x; f < F; f += TN_THREADS) {
             real g3[3] = {0, 0, 0};
             for (int c = 0; c < TN_NI; c++) g3[tn_part_d[c]] += gMi[c * F + f] * Yj[c * F + f];
@@ -748,6 +886,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
     const size_t at = (size_t)l * b.n + j, F10 = (size_t)TN_NI * F;
     real *gYt = A.take(F10), *gT = A.take(F10);
     for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) gYt[q] = b.gY[(size_t)j * F10 + q];
+    __syncthreads(); /* the table path below adds per channel, not per element */
     const int ns = 1 + b.nbr_n[j];
     const size_t e0 = (size_t)j * (b.cap + 1);
     for (int s = 0; s < ns; s++) {
@@ -756,8 +895,17 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
         const int i = edge_geometry(b, j, s, &d, u);
         if (s > 0 && !edge_on(N, d)) continue;
         /* the filter of edge (j, i) equals that of (i, j): the same distance */
-        const real* fe = b.fac + (e0 + s) * 3 * F;
         const real* gMi = b.gM + (size_t)i * F10;
+        if (Ly.table) {
+            const RadialPoint rp = radial_point(N, d);
+            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                real fq[3];
+                for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (real*)NULL);
+                for (int c = 0; c < TN_NI; c++) gYt[c * F + f] += fq[tn_part_d[c]] * gMi[c * F + f];
+            }
+            continue;
+        }
+        const real* fe = b.fac + (e0 + s) * 3 * F;
         for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) {
             const int c = q / F, f = q - c * F;
             gYt[q] += fe[tn_part_d[c] * F + f] * gMi[q];
@@ -838,6 +986,35 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
         real u[3];
         const int j = edge_geometry(b, i, s, &d, u);
         if (!edge_on(N, d)) continue;
+        const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
+        if (N.emb_table) { /* the factors dp_q(rbf) · C and their derivatives from the table */
+            __syncthreads(); /* gXe written */
+            const RadialPoint rp = radial_point(N, d);
+            real gu[3] = {0, 0, 0}, gdp = 0;
+            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                real G[9], e[3], de[3];
+                ld(gXe, F, f, G);
+                for (int q = 0; q < 3; q++) e[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, &de[q]);
+                const real zij = b.Zp[(size_t)i * F + f] + b.Zq[(size_t)j * F + f];
+                const real w2 = e[1] * zij, w3 = e[2] * zij;
+                const real tr = G[0] + G[4] + G[8];
+                const real gv[3] = {G[7] - G[5], G[2] - G[6], G[3] - G[1]};
+                real Gu[3];
+                for (int r = 0; r < 3; r++)
+                    Gu[r] = (G[r * 3 + 0] + G[0 * 3 + r]) * u[0] + (G[r * 3 + 1] + G[1 * 3 + r]) * u[1] + (G[r * 3 + 2] + G[2 * 3 + r]) * u[2];
+                const real uGu = real(0.5) * (Gu[0] * u[0] + Gu[1] * u[1] + Gu[2] * u[2]);
+                const real gw1 = tr, gw2 = gv[0] * u[0] + gv[1] * u[1] + gv[2] * u[2], gw3 = uGu - uu * tr / real(3);
+                for (int r = 0; r < 3; r++) gu[r] += w2 * gv[r] + w3 * (Gu[r] - real(2) / real(3) * u[r] * tr);
+                gdp += zij * (gw1 * de[0] + gw2 * de[1] + gw3 * de[2]);
+            }
+            const real gd = block_sum(gdp, red);
+            const real gu0 = block_sum(gu[0], red), gu1 = block_sum(gu[1], red), gu2 = block_sum(gu[2], red);
+            if (threadIdx.x == 0) {
+                b.gd[e0 + s] += gd;
+                b.gu[(e0 + s) * 3 + 0] += gu0, b.gu[(e0 + s) * 3 + 1] += gu1, b.gu[(e0 + s) * 3 + 2] += gu2;
+            }
+            continue;
+        }
         real c, dc;
         cutoff_fn(N, d, &c, &dc);
         __syncthreads(); /* gXe written, the previous edge's rb, pk, gp read */
@@ -851,7 +1028,6 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
             pk[q] = s2;
         }
         __syncthreads();
-        const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
         real gu[3] = {0, 0, 0}, gcut = 0;
         for (int f = threadIdx.x; f < F; f += TN_THREADS) {
             real G[9];
@@ -988,6 +1164,7 @@ typedef struct tn_cuda_state {
     int precision, n, n_batches, cap, first, last;
     size_t smem; /* dynamic shared memory of the per-atom kernels */
     void* weights;                              /* every member's weights in the evaluation's precision */
+    float* tables;                              /* float32: every member's radial tables (RadialTable) */
     void* nets;                                 /* host: TnNet<real> per member */
     void* layers;                               /* host: TnLayer<real> per member and layer */
     double* atomref;                            /* device, double: every member's means, betas and atomref */
@@ -1006,7 +1183,7 @@ static void tn_state_free(tn_cuda_state* s) {
     if (s == NULL) return;
     CUcontext pushed = NULL;
     if (s->context != NULL && nnp_cuda_driver.loaded) nnp_cuda_driver.ctxPushCurrent(s->context), pushed = s->context;
-    void* dev[] = {s->weights, s->atomref, s->z, s->batch, s->order, s->batch_start, s->particle, s->index_of, s->force_index,
+    void* dev[] = {s->weights, s->tables, s->atomref, s->z, s->batch, s->order, s->batch_start, s->particle, s->index_of, s->force_index,
                    s->nbr_n, s->nbr_j, s->flags, s->pos, s->nbr_r, s->cq, s->work, s->atom_e, s->force, s->edge_f, s->base.batch_energy};
     for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
         if (dev[k]) cudaFree(dev[k]);
@@ -1125,6 +1302,48 @@ template <typename real> static nnp_status tn_upload_weights(const tn_model* tm,
     return NNP_OK;
 }
 
+/* float32: the radial tables of every member, computed in double on the GPU from a double copy of
+   the weights (freed after). */
+static nnp_status tn_build_tables(const tn_model* tm, tn_cuda_state* s) {
+    tn_cuda_state* t = (tn_cuda_state*)calloc(1, sizeof *t);
+    if (t == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+    t->first = s->first, t->last = s->last, t->context = NULL;
+    nnp_status st = tn_upload_weights<double>(tm, t);
+    size_t total = 0;
+    for (int k = s->first; k < s->last; k++)
+        total += (size_t)(tm->members[k].L + 1) * TN_TABLE_POINTS * 6 * (size_t)tm->members[k].F;
+    if (st == NNP_OK && cudaMalloc((void**)&s->tables, total * sizeof(float)) != cudaSuccess) {
+        cudaGetLastError();
+        st = nnp_fail(NNP_ERR_MEMORY, "out of GPU memory for TensorNet's radial tables (%zu bytes)", total * sizeof(float));
+    }
+    const TnNet<double>* dn = (const TnNet<double>*)t->nets;
+    const TnLayer<double>* dl = (const TnLayer<double>*)t->layers;
+    TnNet<float>* nets = (TnNet<float>*)s->nets;
+    TnLayer<float>* layers = (TnLayer<float>*)s->layers;
+    float* next = s->tables;
+    for (int k = 0; st == NNP_OK && k < s->last - s->first; k++) {
+        const int F = dn[k].F;
+        const size_t smem = (size_t)(2 * dn[k].R + 16 * F + 32) * sizeof(double);
+        cudaFuncSetAttribute(k_tn_table_layer, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(k_tn_table_embed, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        for (int l = 0; l < dn[k].L; l++) {
+            k_tn_table_layer<<<TN_TABLE_POINTS, TN_THREADS, smem>>>(dn[k], dl[(size_t)k * TN_MAX_LAYERS + l], next);
+            layers[(size_t)k * TN_MAX_LAYERS + l].table = next;
+            next += (size_t)TN_TABLE_POINTS * 6 * F;
+        }
+        k_tn_table_embed<<<TN_TABLE_POINTS, TN_THREADS, smem>>>(dn[k], next);
+        nets[k].emb_table = next;
+        next += (size_t)TN_TABLE_POINTS * 6 * F;
+    }
+    if (st == NNP_OK) {
+        cudaError_t e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) e = cudaGetLastError();
+        if (e != cudaSuccess) st = nnp_fail(NNP_ERR_CUDA, "computing TensorNet's radial tables: %s", cudaGetErrorString(e));
+    }
+    tn_state_free(t);
+    return st;
+}
+
 /* The largest dynamic shared memory any per-atom kernel takes (reals), for a member. */
 static size_t tn_smem_reals(const tn_member* m) {
     const size_t F = (size_t)m->F, R = (size_t)m->R;
@@ -1193,6 +1412,7 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
                         F, s->smem, s->precision == NNP_PRECISION_DOUBLE ? "double" : "single", optin);
     tn_configure<real>(s->smem);
     nnp_status st = tn_upload_weights<real>(tm, s);
+    if (st == NNP_OK && sizeof(real) == sizeof(float)) st = tn_build_tables(tm, s);
     if (st != NNP_OK) return st;
     /* atoms */
     const size_t N = (size_t)n, E = N * (size_t)(s->cap + 1), Fz = (size_t)F;
@@ -1215,7 +1435,8 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     TN_ALLOC(s->base.batch_energy, (size_t)(nb > 0 ? nb : 1) * sizeof(double));
     /* per-atom and per-edge buffers: Zp, Zq F; Xe 9F; X (L+1)·9F; Yirr, Mirr L·10F; B, dX L·9F; gX 9F;
        gM, gY 10F; fac E·3F; gd E; gu 3E */
-    const size_t atom_reals = N * Fz * (2 + 9 + (size_t)(L + 1) * 9 + (size_t)L * 38 + 9 + 20) + E * 3 * Fz;
+    const size_t atom_reals = N * Fz * (2 + 9 + (size_t)(L + 1) * 9 + (size_t)L * 38 + 9 + 20) +
+                              (s->tables ? 0 : E * 3 * Fz); /* fac: the tables replace it */
     s->edge_bytes = 4 * E * sizeof(real);
     s->work_bytes = atom_reals * sizeof(real) + s->edge_bytes;
     TN_ALLOC(s->work, s->work_bytes);
