@@ -30,10 +30,10 @@
 #include <string.h>
 
 /* The tuning of TensorNet's CUDA evaluation, in one place. */
-#define TN_THREADS 128             /* threads per atom block (a multiple of 32) */
+#define TN_THREADS 256             /* threads per atom block (a multiple of 32) */
 #define TN_NBR_WARPS 4             /* atoms per block of the neighbour search */
 #define TN_CUDA_MAX_NEIGHBORS 1024 /* neighbour slots per atom at most */
-#define TN_TABLE_POINTS 4096       /* float32: grid points of the radial tables over [d0, cutoff_upper] (see RadialTable) */
+#define TN_TABLE_POINTS 2048       /* float32: grid points of the radial tables over [d0, cutoff_upper] (see RadialTable) */
 
 #define TN_NI 10 /* irreducible components per channel: I (1), A (3), S (6) */
 __device__ __constant__ int tn_part_d[TN_NI] = {0, 1, 1, 1, 2, 2, 2, 2, 2, 2};
@@ -68,14 +68,16 @@ template <typename real> struct TnLayer {
 /*
  * Radial tables (float32 evaluation). Each interaction layer's filter f(d) = SiLU(L₃ SiLU(L₂ SiLU(L₁
  * rbf(d)))) · C(d) and the embedding's factors dp_q(rbf(d)) · C(d) (q = 1, 2, 3) are 3F functions of
- * the distance alone. They are tabulated once per plan, exactly in double (k_tn_tables), with their
- * derivatives, at TN_TABLE_POINTS points d_g = d0 + g h over [d0, cutoff_upper] (d0 = cutoff_lower,
- * or 0), and read by cubic Hermite interpolation: per edge 4 · 3F table reads instead of the 8F²
- * multiply-adds of the filter network, forward and backward. The forces are the exact derivative of
- * the interpolant, so energy and forces stay consistent. Row g holds the 3F values, then the 3F
- * derivatives. Below d0 (the self loop where cutoff_lower > 0) every factor is 0. The interpolation
- * error (h⁴/384 · |f⁗|, the basis' widths ≥ 0.06 Å for 32 functions over 5 Å) is below float32's
- * rounding; test_tensornet_cuda measures the total against the CPU.
+ * the distance alone. They are tabulated once per plan, exactly in double (k_tn_table_layer,
+ * k_tn_table_embed), with their first and second derivatives, at TN_TABLE_POINTS points
+ * d_g = d0 + g h over [d0, cutoff_upper] (d0 = cutoff_lower, or 0), and read by quintic Hermite
+ * interpolation: per edge 6 · 3F table reads instead of the 8F² multiply-adds of the filter network,
+ * forward and backward. The forces are the exact derivative of the interpolant, so energy and forces
+ * stay consistent. Row g holds the 3F values, the 3F derivatives, the 3F second derivatives. Below d0
+ * (the self loop where cutoff_lower > 0) every factor is 0. The interpolation error is O(h⁶) in the
+ * values and O(h⁵) in the derivatives, against features as narrow as 0.06 Å (32 functions over
+ * 5 Å; cubic Hermite at 4096 points gave forces 3e-5 off); test_tensornet_cuda measures the total
+ * against the CPU.
  */
 struct RadialPoint {
     int g;          /* interval [d_g, d_g+1], or -1: below d0 */
@@ -102,13 +104,23 @@ __device__ __forceinline__ real radial_value(const real* __restrict__ T, int F3,
         if (dv) *dv = 0;
         return 0;
     }
-    const real* r0 = T + (size_t)p.g * 2 * F3;
-    const real* r1 = r0 + 2 * F3;
-    const real f0 = r0[k], d0 = r0[F3 + k], f1 = r1[k], d1 = r1[F3 + k];
-    const real s = (real)p.s, h = (real)p.h, s2 = s * s, s3 = s2 * s;
-    if (dv) *dv = (real(6) * (s2 - s) * (f0 - f1)) / h + (real(3) * s2 - real(4) * s + real(1)) * d0 + (real(3) * s2 - real(2) * s) * d1;
-    return (real(2) * s3 - real(3) * s2 + real(1)) * f0 + (s3 - real(2) * s2 + s) * h * d0 + (real(3) * s2 - real(2) * s3) * f1 +
-           (s3 - s2) * h * d1;
+    const real* r0 = T + (size_t)p.g * 3 * F3;
+    const real* r1 = r0 + 3 * F3;
+    const real h = (real)p.h, s = (real)p.s, s2 = s * s, s3 = s2 * s, s4 = s3 * s, s5 = s4 * s;
+    const real f0 = r0[k], d0 = r0[F3 + k] * h, c0 = r0[2 * F3 + k] * h * h;
+    const real f1 = r1[k], d1 = r1[F3 + k] * h, c1 = r1[2 * F3 + k] * h * h;
+    /* quintic Hermite basis: values, slopes (× h) and curvatures (× h²) at both ends */
+    const real H0 = real(1) - real(10) * s3 + real(15) * s4 - real(6) * s5, H5 = real(1) - H0;
+    const real H1 = s - real(6) * s3 + real(8) * s4 - real(3) * s5, H4 = real(-4) * s3 + real(7) * s4 - real(3) * s5;
+    const real H2 = real(0.5) * (s2 - real(3) * s3 + real(3) * s4 - s5), H3 = real(0.5) * (s3 - real(2) * s4 + s5);
+    if (dv) {
+        const real D0 = real(-30) * s2 + real(60) * s3 - real(30) * s4;
+        const real D1 = real(1) - real(18) * s2 + real(32) * s3 - real(15) * s4, D4 = real(-12) * s2 + real(28) * s3 - real(15) * s4;
+        const real D2 = real(0.5) * (real(2) * s - real(9) * s2 + real(12) * s3 - real(5) * s4);
+        const real D3 = real(0.5) * (real(3) * s2 - real(8) * s3 + real(5) * s4);
+        *dv = (D0 * (f0 - f1) + D1 * d0 + D2 * c0 + D3 * c1 + D4 * d1) / h;
+    }
+    return H0 * f0 + H5 * f1 + H1 * d0 + H2 * c0 + H3 * c1 + H4 * d1;
 }
 
 /* The evaluation's buffers (device pointers). Edge e = i · (cap + 1) + s of atom i: s = 0 its self
@@ -141,42 +153,41 @@ template <typename real> __device__ real block_sum(real v, real* red) {
     return s;
 }
 
+/* Σ_k a[k · stride] x[k] over n terms, in four interleaved partial sums (independent loads in
+   flight), added in a fixed order. */
+template <typename real> __device__ __forceinline__ real dot_strided(const real* __restrict__ a, size_t stride, const real* x, int n) {
+    real s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int k = 0;
+    for (; k + 3 < n; k += 4) {
+        s0 += a[(size_t)k * stride] * x[k];
+        s1 += a[(size_t)(k + 1) * stride] * x[k + 1];
+        s2 += a[(size_t)(k + 2) * stride] * x[k + 2];
+        s3 += a[(size_t)(k + 3) * stride] * x[k + 3];
+    }
+    for (; k < n; k++) s0 += a[(size_t)k * stride] * x[k];
+    return (s0 + s1) + (s2 + s3);
+}
 /* y = W x + b, one thread per output (x: shared). The caller synchronises. */
 template <typename real> __device__ void lin_fwd(const Lin<real>& L, const real* x, real* y) {
-    for (int o = threadIdx.x; o < L.n_out; o += TN_THREADS) {
-        real s = L.b ? L.b[o] : real(0);
-        for (int k = 0; k < L.n_in; k++) s += L.wt[(size_t)k * L.n_out + o] * x[k];
-        y[o] = s;
-    }
+    for (int o = threadIdx.x; o < L.n_out; o += TN_THREADS)
+        y[o] = (L.b ? L.b[o] : real(0)) + dot_strided(L.wt + o, (size_t)L.n_out, x, L.n_in);
 }
 /* gx = Wᵀ gy, one thread per input (gy: shared). The caller synchronises. */
 template <typename real> __device__ void lin_bwd(const Lin<real>& L, const real* gy, real* gx) {
-    for (int k = threadIdx.x; k < L.n_in; k += TN_THREADS) {
-        real s = 0;
-        for (int o = 0; o < L.n_out; o++) s += L.w[(size_t)o * L.n_in + k] * gy[o];
-        gx[k] = s;
-    }
+    for (int k = threadIdx.x; k < L.n_in; k += TN_THREADS) gx[k] = dot_strided(L.w + k, (size_t)L.n_in, gy, L.n_out);
 }
 /* Channel linears on the irreducible parts, out[c] = W_part(c) T[c] (T: shared, 10F). */
 template <typename real> __device__ void chan_lin3(const Lin<real>* W, int F, const real* T, real* out) {
     for (int q = threadIdx.x; q < TN_NI * F; q += TN_THREADS) {
         const int c = q / F, f = q - c * F;
-        const Lin<real>& L = W[tn_part_d[c]];
-        const real* t = T + (size_t)c * F;
-        real s = 0;
-        for (int g = 0; g < F; g++) s += L.wt[(size_t)g * F + f] * t[g];
-        out[q] = s;
+        out[q] = dot_strided(W[tn_part_d[c]].wt + f, (size_t)F, T + (size_t)c * F, F);
     }
 }
 /* gT[c] = W_part(c)ᵀ g[c] (g: shared, 10F). */
 template <typename real> __device__ void chan_lin3_t(const Lin<real>* W, int F, const real* g, real* gT) {
     for (int q = threadIdx.x; q < TN_NI * F; q += TN_THREADS) {
         const int c = q / F, k = q - c * F;
-        const Lin<real>& L = W[tn_part_d[c]];
-        const real* gc = g + (size_t)c * F;
-        real s = 0;
-        for (int o = 0; o < F; o++) s += L.w[(size_t)o * F + k] * gc[o];
-        gT[q] = s;
+        gT[q] = dot_strided(W[tn_part_d[c]].w + k, (size_t)F, g + (size_t)c * F, F);
     }
 }
 
@@ -359,60 +370,98 @@ __device__ real edge_mlp_back(const TnNet<real>& N, const TnLayer<real>& Ly, dou
 
 /* ------------------------------------------------------------------ kernels */
 
-/* The radial tables (RadialTable), exactly in double: one block per grid point, the layer's filter
-   network and its derivative along d (forward mode). */
+/* The radial tables (RadialTable), exactly in double: one block per grid point, the radial basis
+   and the filter network with their first and second derivatives along d (forward mode). */
+__device__ __forceinline__ double silu_dd(double z) {
+    const double s = 1 / (1 + exp(-z));
+    return s * (1 - s) * (2 + z * (1 - 2 * s));
+}
+/* rb, rb', rb'' at d (threads over the R functions), and the cutoff c, c', c''. */
+__device__ void table_basis(const TnNet<double>& N, double d, double* rb, double* drb, double* ddrb, double* c) {
+    const double cu = N.cu, cl = N.cl, pi = TN_PI, al = N.alpha, w = pi / cu;
+    double phi = 0, dphi = 0, ddphi = 0;
+    if (d < cu) phi = 0.5 * (cos(w * d) + 1), dphi = -0.5 * w * sin(w * d), ddphi = -0.5 * w * w * cos(w * d);
+    const double t = exp(al * (cl - d)), dt = -al * t, ddt = al * al * t;
+    for (int r = threadIdx.x; r < N.R; r += TN_THREADS) {
+        const double beta = N.betas[r], x = t - N.means[r];
+        const double e = exp(-beta * x * x), de = -2 * beta * x * dt * e;
+        const double dde = (-2 * beta * dt * dt - 2 * beta * x * ddt + 4 * beta * beta * x * x * dt * dt) * e;
+        rb[r] = phi * e, drb[r] = dphi * e + phi * de, ddrb[r] = ddphi * e + 2 * dphi * de + phi * dde;
+    }
+    c[0] = c[1] = c[2] = 0;
+    if (cl > 0) {
+        if (d > cl && d < cu) {
+            const double k = pi * 2 / (cu - cl), a = k * (d - cl) + pi;
+            c[0] = 0.5 * (cos(a) + 1), c[1] = -0.5 * sin(a) * k, c[2] = -0.5 * cos(a) * k * k;
+        }
+    } else if (d < cu) {
+        c[0] = 0.5 * (cos(w * d) + 1), c[1] = -0.5 * w * sin(w * d), c[2] = -0.5 * w * w * cos(w * d);
+    }
+}
+/* y, y', y'' of y = W x + b along d (threads over the outputs); the caller synchronises. */
+__device__ void table_lin(const Lin<double>& L, const double* x, const double* dx, const double* ddx, double* y, double* dy,
+                          double* ddy) {
+    for (int o = threadIdx.x; o < L.n_out; o += TN_THREADS) {
+        double v = L.b ? L.b[o] : 0.0, dv = 0, ddv = 0;
+        for (int k = 0; k < L.n_in; k++) {
+            const double w = L.wt[(size_t)k * L.n_out + o];
+            v += w * x[k], dv += w * dx[k], ddv += w * ddx[k];
+        }
+        y[o] = v, dy[o] = dv, ddy[o] = ddv;
+    }
+}
+/* SiLU of y along d, in place: a = σ(y), a' = σ'(y) y', a'' = σ''(y) y'² + σ'(y) y''. */
+__device__ void table_silu(int n, double* y, double* dy, double* ddy) {
+    for (int k = threadIdx.x; k < n; k += TN_THREADS) {
+        const double z = y[k], g1 = silu_d(z), g2 = silu_dd(z);
+        ddy[k] = g2 * dy[k] * dy[k] + g1 * ddy[k], dy[k] = g1 * dy[k], y[k] = silu(z);
+    }
+}
+/* Row g: v·c, (v·c)', (v·c)'' for the 3F values v. */
+__device__ void table_row(int F3, const double* v, const double* dv, const double* ddv, const double* c, float* row) {
+    for (int k = threadIdx.x; k < F3; k += TN_THREADS) {
+        row[k] = (float)(v[k] * c[0]);
+        row[F3 + k] = (float)(dv[k] * c[0] + v[k] * c[1]);
+        row[2 * F3 + k] = (float)(ddv[k] * c[0] + 2 * dv[k] * c[1] + v[k] * c[2]);
+    }
+}
 __global__ void __launch_bounds__(TN_THREADS) k_tn_table_layer(const TnNet<double> N, const TnLayer<double> Ly, float* __restrict__ T) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<double> A = {(double*)tn_smem};
     const int g = blockIdx.x, F = N.F;
-    double *rb = A.take(N.R), *drb = A.take(N.R), *h1 = A.take(F), *dh1 = A.take(F), *a = A.take(2 * F), *da = A.take(2 * F),
-           *h2 = A.take(2 * F), *dh2 = A.take(2 * F), *h3 = A.take(3 * F), *dh3 = A.take(3 * F);
+    double *x = A.take(N.R), *dx = A.take(N.R), *ddx = A.take(N.R), *y1 = A.take(F), *dy1 = A.take(F), *ddy1 = A.take(F),
+           *y2 = A.take(2 * F), *dy2 = A.take(2 * F), *ddy2 = A.take(2 * F), *y3 = A.take(3 * F), *dy3 = A.take(3 * F),
+           *ddy3 = A.take(3 * F);
     const double d0 = N.cl > 0 ? N.cl : 0.0, d = d0 + g * (N.cu - d0) / (TN_TABLE_POINTS - 1);
-    Lin<double> L0 = Ly.lls[0], L1 = Ly.lls[1], L2 = Ly.lls[2];
-    Lin<double> T0 = L0, T1 = L1, T2 = L2; /* the tangents: no bias */
-    T0.b = T1.b = T2.b = NULL;
-    rbf_sh(N, d, rb, drb);
+    double c[3];
+    table_basis(N, d, x, dx, ddx, c);
     __syncthreads();
-    lin_fwd(L0, rb, h1);
-    lin_fwd(T0, drb, dh1);
+    table_lin(Ly.lls[0], x, dx, ddx, y1, dy1, ddy1);
     __syncthreads();
-    for (int k = threadIdx.x; k < F; k += TN_THREADS) a[k] = silu(h1[k]), da[k] = silu_d(h1[k]) * dh1[k];
+    table_silu(F, y1, dy1, ddy1);
     __syncthreads();
-    lin_fwd(L1, a, h2);
-    lin_fwd(T1, da, dh2);
+    table_lin(Ly.lls[1], y1, dy1, ddy1, y2, dy2, ddy2);
     __syncthreads();
-    for (int k = threadIdx.x; k < 2 * F; k += TN_THREADS) a[k] = silu(h2[k]), da[k] = silu_d(h2[k]) * dh2[k];
+    table_silu(2 * F, y2, dy2, ddy2);
     __syncthreads();
-    lin_fwd(L2, a, h3);
-    lin_fwd(T2, da, dh3);
+    table_lin(Ly.lls[2], y2, dy2, ddy2, y3, dy3, ddy3);
     __syncthreads();
-    double c, dc;
-    cutoff_fn(N, d, &c, &dc);
-    float* row = T + (size_t)g * 6 * F;
-    for (int k = threadIdx.x; k < 3 * F; k += TN_THREADS) {
-        row[k] = (float)(silu(h3[k]) * c);
-        row[3 * F + k] = (float)(silu_d(h3[k]) * dh3[k] * c + silu(h3[k]) * dc);
-    }
+    table_silu(3 * F, y3, dy3, ddy3);
+    __syncthreads();
+    table_row(3 * F, y3, dy3, ddy3, c, T + (size_t)g * 9 * F);
 }
 __global__ void __launch_bounds__(TN_THREADS) k_tn_table_embed(const TnNet<double> N, float* __restrict__ T) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<double> A = {(double*)tn_smem};
     const int g = blockIdx.x, F = N.F;
-    double *rb = A.take(N.R), *drb = A.take(N.R);
+    double *x = A.take(N.R), *dx = A.take(N.R), *ddx = A.take(N.R), *p = A.take(3 * F), *dp = A.take(3 * F), *ddp = A.take(3 * F);
     const double d0 = N.cl > 0 ? N.cl : 0.0, d = d0 + g * (N.cu - d0) / (TN_TABLE_POINTS - 1);
-    rbf_sh(N, d, rb, drb);
+    double c[3];
+    table_basis(N, d, x, dx, ddx, c);
     __syncthreads();
-    double c, dc;
-    cutoff_fn(N, d, &c, &dc);
-    float* row = T + (size_t)g * 6 * F;
-    for (int k = threadIdx.x; k < 3 * F; k += TN_THREADS) {
-        const int q = k / F, f = k - q * F;
-        const Lin<double>& L = N.dp[q];
-        double p = L.b[f], dp = 0;
-        for (int r = 0; r < N.R; r++) p += L.wt[(size_t)r * F + f] * rb[r], dp += L.wt[(size_t)r * F + f] * drb[r];
-        row[k] = (float)(p * c);
-        row[3 * F + k] = (float)(dp * c + p * dc);
-    }
+    for (int q = 0; q < 3; q++) table_lin(N.dp[q], x, dx, ddx, p + q * F, dp + q * F, ddp + q * F);
+    __syncthreads();
+    table_row(3 * F, p, dp, ddp, c, T + (size_t)g * 9 * F);
 }
 
 __global__ void k_tn_positions(const void* __restrict__ positions, int format, const int* __restrict__ index_of,
@@ -551,6 +600,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
     real* Xe = A.take(9 * F);
     real* rb = A.take(N.R);
     for (int q = threadIdx.x; q < 9 * F; q += TN_THREADS) Xe[q] = 0;
+    __syncthreads(); /* the edges below add per channel */
     const int ns = 1 + b.nbr_n[i];
     for (int s = 0; s < ns; s++) {
         double d;
@@ -625,6 +675,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
     real *Mi = A.take(F10), *rb = A.take(N.R), *h1 = A.take(F), *h2 = A.take(2 * F), *h3 = A.take(3 * F), *a = A.take(2 * F),
          *fac = A.take(3 * F), *T = A.take(F10);
     for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) Mi[q] = 0;
+    __syncthreads(); /* the edges below add per channel */
     const int ns = 1 + b.nbr_n[i];
     for (int s = 0; s < ns; s++) {
         double d;
@@ -1311,7 +1362,7 @@ static nnp_status tn_build_tables(const tn_model* tm, tn_cuda_state* s) {
     nnp_status st = tn_upload_weights<double>(tm, t);
     size_t total = 0;
     for (int k = s->first; k < s->last; k++)
-        total += (size_t)(tm->members[k].L + 1) * TN_TABLE_POINTS * 6 * (size_t)tm->members[k].F;
+        total += (size_t)(tm->members[k].L + 1) * TN_TABLE_POINTS * 9 * (size_t)tm->members[k].F;
     if (st == NNP_OK && cudaMalloc((void**)&s->tables, total * sizeof(float)) != cudaSuccess) {
         cudaGetLastError();
         st = nnp_fail(NNP_ERR_MEMORY, "out of GPU memory for TensorNet's radial tables (%zu bytes)", total * sizeof(float));
@@ -1323,17 +1374,17 @@ static nnp_status tn_build_tables(const tn_model* tm, tn_cuda_state* s) {
     float* next = s->tables;
     for (int k = 0; st == NNP_OK && k < s->last - s->first; k++) {
         const int F = dn[k].F;
-        const size_t smem = (size_t)(2 * dn[k].R + 16 * F + 32) * sizeof(double);
+        const size_t smem = (size_t)(3 * dn[k].R + 18 * F + 32) * sizeof(double);
         cudaFuncSetAttribute(k_tn_table_layer, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         cudaFuncSetAttribute(k_tn_table_embed, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         for (int l = 0; l < dn[k].L; l++) {
             k_tn_table_layer<<<TN_TABLE_POINTS, TN_THREADS, smem>>>(dn[k], dl[(size_t)k * TN_MAX_LAYERS + l], next);
             layers[(size_t)k * TN_MAX_LAYERS + l].table = next;
-            next += (size_t)TN_TABLE_POINTS * 6 * F;
+            next += (size_t)TN_TABLE_POINTS * 9 * F;
         }
         k_tn_table_embed<<<TN_TABLE_POINTS, TN_THREADS, smem>>>(dn[k], next);
         nets[k].emb_table = next;
-        next += (size_t)TN_TABLE_POINTS * 6 * F;
+        next += (size_t)TN_TABLE_POINTS * 9 * F;
     }
     if (st == NNP_OK) {
         cudaError_t e = cudaDeviceSynchronize();
