@@ -164,6 +164,23 @@ template <typename real> __device__ __forceinline__ real dot_strided(const real*
     for (; k < n; k++) s0 += a[(size_t)k * stride] * x[k];
     return (s0 + s1) + (s2 + s3);
 }
+/* Four sums over the block at once (one pair of barriers); red: 4 · TN_THREADS / 32 reals. */
+template <typename real> __device__ void block_sum4(real (&v)[4], real* red) {
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+        for (int o = 16; o > 0; o >>= 1) v[q] += __shfl_down_sync(0xffffffffu, v[q], o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        for (int q = 0; q < 4; q++) red[q * (TN_THREADS / 32) + (threadIdx.x >> 5)] = v[q];
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        real s = 0;
+        for (int w = 0; w < TN_THREADS / 32; w++) s += red[q * (TN_THREADS / 32) + w];
+        v[q] = s;
+    }
+}
+
 /* y = W x + b, one thread per output (x: shared). The caller synchronises. */
 template <typename real> __device__ void lin_fwd(const Lin<real>& L, const real* x, real* y) {
     for (int o = threadIdx.x; o < L.n_out; o += TN_THREADS)
@@ -173,18 +190,46 @@ template <typename real> __device__ void lin_fwd(const Lin<real>& L, const real*
 template <typename real> __device__ void lin_bwd(const Lin<real>& L, const real* gy, real* gx) {
     for (int k = threadIdx.x; k < L.n_in; k += TN_THREADS) gx[k] = dot_strided(L.w + k, (size_t)L.n_in, gy, L.n_out);
 }
-/* Channel linears on the irreducible parts, out[c] = W_part(c) T[c] (T: shared, 10F). */
+/* Channel linears on the irreducible parts, out[c] = W_part(c) T[c] (T: shared, 10F): one thread per
+   output channel f for all 10 components, so each of the three weights W_I, W_A, W_S[f][g] is loaded
+   once for the 1, 3 and 6 components it serves. */
 template <typename real> __device__ void chan_lin3(const Lin<real>* W, int F, const real* T, real* out) {
-    for (int q = threadIdx.x; q < TN_NI * F; q += TN_THREADS) {
-        const int c = q / F, f = q - c * F;
-        out[q] = dot_strided(W[tn_part_d[c]].wt + f, (size_t)F, T + (size_t)c * F, F);
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real acc[TN_NI];
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) acc[c] = 0;
+        const real *wI = W[0].wt + f, *wA = W[1].wt + f, *wS = W[2].wt + f;
+#pragma unroll 4
+        for (int g = 0; g < F; g++) {
+            const real a = wI[(size_t)g * F], b = wA[(size_t)g * F], c = wS[(size_t)g * F];
+            acc[0] += a * T[g];
+#pragma unroll
+            for (int q = 1; q <= 3; q++) acc[q] += b * T[q * F + g];
+#pragma unroll
+            for (int q = 4; q < TN_NI; q++) acc[q] += c * T[q * F + g];
+        }
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) out[c * F + f] = acc[c];
     }
 }
-/* gT[c] = W_part(c)ᵀ g[c] (g: shared, 10F). */
+/* gT[c] = W_part(c)ᵀ g[c] (g: shared, 10F), one thread per input channel k, likewise. */
 template <typename real> __device__ void chan_lin3_t(const Lin<real>* W, int F, const real* g, real* gT) {
-    for (int q = threadIdx.x; q < TN_NI * F; q += TN_THREADS) {
-        const int c = q / F, k = q - c * F;
-        gT[q] = dot_strided(W[tn_part_d[c]].w + k, (size_t)F, g + (size_t)c * F, F);
+    for (int k = threadIdx.x; k < F; k += TN_THREADS) {
+        real acc[TN_NI];
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) acc[c] = 0;
+        const real *wI = W[0].w + k, *wA = W[1].w + k, *wS = W[2].w + k;
+#pragma unroll 4
+        for (int o = 0; o < F; o++) {
+            const real a = wI[(size_t)o * F], b = wA[(size_t)o * F], c = wS[(size_t)o * F];
+            acc[0] += a * g[o];
+#pragma unroll
+            for (int q = 1; q <= 3; q++) acc[q] += b * g[q * F + o];
+#pragma unroll
+            for (int q = 4; q < TN_NI; q++) acc[q] += c * g[q * F + o];
+        }
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) gT[c * F + k] = acc[c];
     }
 }
 
@@ -993,7 +1038,8 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
     EmbedKeep<real> k = embed_keep(A, F, red);
     embed_atom(N, Xe, (real*)NULL, k);
     real *gn = A.take(3 * F), *gWT = A.take(10 * F), *gT = A.take(10 * F), *g1 = A.take(2 * F), *gln = A.take(F), *gXe = A.take(9 * F),
-         *rb = A.take(R), *drb = A.take(R), *grb = A.take(R), *pk = A.take(3 * F), *gp = A.take(3 * F);
+         *rb = A.take(R), *drb = A.take(R), *grb = A.take(R), *pk = A.take(3 * F), *gp = A.take(3 * F),
+         *red4 = A.take(4 * (TN_THREADS / 32));
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         real m[9], gx[TN_NI];
         ld(b.gX + (size_t)i * 9 * F, F, f, m);
@@ -1036,7 +1082,6 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
         if (!edge_on(N, d)) continue;
         const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
         if (N.emb_table) { /* the factors dp_q(rbf) · C and their derivatives from the table */
-            __syncthreads(); /* gXe written */
             const RadialPoint rp = radial_point(N, d);
             real gu[3] = {0, 0, 0}, gdp = 0;
             for (int f = threadIdx.x; f < F; f += TN_THREADS) {
@@ -1055,11 +1100,11 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
                 for (int r = 0; r < 3; r++) gu[r] += w2 * gv[r] + w3 * (Gu[r] - real(2) / real(3) * u[r] * tr);
                 gdp += zij * (gw1 * de[0] + gw2 * de[1] + gw3 * de[2]);
             }
-            const real gd = block_sum(gdp, red);
-            const real gu0 = block_sum(gu[0], red), gu1 = block_sum(gu[1], red), gu2 = block_sum(gu[2], red);
+            real sums[4] = {gdp, gu[0], gu[1], gu[2]};
+            block_sum4(sums, red4);
             if (threadIdx.x == 0) {
-                b.gd[e0 + s] += gd;
-                b.gu[(e0 + s) * 3 + 0] += gu0, b.gu[(e0 + s) * 3 + 1] += gu1, b.gu[(e0 + s) * 3 + 2] += gu2;
+                b.gd[e0 + s] += sums[0];
+                b.gu[(e0 + s) * 3 + 0] += sums[1], b.gu[(e0 + s) * 3 + 1] += sums[2], b.gu[(e0 + s) * 3 + 2] += sums[3];
             }
             continue;
         }
