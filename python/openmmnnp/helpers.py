@@ -1,5 +1,6 @@
 """Building NNPForce systems from OpenMM Topologies and XYZ files."""
 import operator
+import math
 import os
 from dataclasses import dataclass
 
@@ -135,9 +136,13 @@ def readXYZ(path):
     comment = lines[1]
     box = None
     if 'Lattice="' in comment:
-        values = [float(v) for v in comment.split('Lattice="')[1].split('"')[0].split()]
-        if len(values) != 9:
-            raise openmm.OpenMMException(f"{path}: Lattice must hold 9 numbers")
+        text = comment.split('Lattice="')[1].split('"')[0]
+        try:
+            values = [float(v) for v in text.split()]
+        except ValueError:
+            values = []
+        if len(values) != 9 or not all(math.isfinite(v) for v in values):
+            raise openmm.OpenMMException(f'{path}: Lattice="{text}" must hold 9 finite numbers (the box vectors in Å)')
         box = [openmm.Vec3(*values[3 * i:3 * i + 3]) * 0.1 for i in range(3)] * unit.nanometer
     elements, positions = [], []
     for i, line in enumerate(lines[2:2 + count]):
@@ -152,7 +157,15 @@ def readXYZ(path):
             xyz = [float(v) * 0.1 for v in fields[1:4]]
         except ValueError:
             raise openmm.OpenMMException(f"{path}: atom line {i + 1} has a coordinate that is not a number") from None
+        if not all(math.isfinite(v) for v in xyz):
+            raise openmm.OpenMMException(f"{path}: atom line {i + 1} has a coordinate that is not finite ({' '.join(fields[1:4])})")
         positions.append(openmm.Vec3(*xyz))
+    seen = {}
+    for i, p in enumerate(positions):
+        key = (p[0], p[1], p[2])
+        if key in seen:
+            raise openmm.OpenMMException(f"{path}: atoms {seen[key] + 1} and {i + 1} are at the same position")
+        seen[key] = i
     name = os.path.splitext(os.path.basename(path))[0]
     return XYZMolecule(name, elements, positions * unit.nanometer, box)
 
@@ -164,6 +177,7 @@ def createSystemFromXYZ(model, paths, spacing=2.0 * unit.nanometer):
     do; the spacing only keeps pictures readable). Returns (system, topology, positions, force, molecules).
     """
     from . import NNPForce
+    paths = list(paths)
     molecules = [readXYZ(p) for p in paths]
     system = openmm.System()
     topology = app.Topology()
@@ -177,10 +191,13 @@ def createSystemFromXYZ(model, paths, spacing=2.0 * unit.nanometer):
         offset = openmm.Vec3(k % side, (k // side) % side, k // (side * side)) * step
         xyz = mol.positions.value_in_unit(unit.nanometer)
         center = sum(xyz, openmm.Vec3(0, 0, 0)) / len(xyz)
-        for element, p in zip(mol.elements, xyz):
+        for i, (element, p) in enumerate(zip(mol.elements, xyz)):
             index = system.addParticle(element.mass)
             topology.addAtom(element.symbol, element, residue)
-            force.addAtom(index, element.atomic_number, k)
+            try:
+                force.addAtom(index, element.atomic_number, k)
+            except openmm.OpenMMException as e:
+                raise openmm.OpenMMException(f"{paths[k]}: atom {i + 1} ({element.symbol}): {e}") from None
             positions.append(p - center + offset)
     system.addForce(force)
     return system, topology, positions * unit.nanometer, force, molecules

@@ -11,6 +11,7 @@ import argparse
 import glob
 import math
 import os
+import signal
 import sys
 import time
 
@@ -47,31 +48,95 @@ def fastestPlatform(requested):
     raise openmm.OpenMMException("no usable OpenMM platform")
 
 
-class Progress:
-    """Prints step, percent done, speed and time left, at most twice a second."""
+BOLTZMANN = 0.00831446261815324  # kJ/mol/K
 
-    def __init__(self, total, dt, molecules, atoms):
-        self.total, self.dt, self.molecules, self.atoms = total, dt, molecules, atoms
+
+class Progress:
+    """Prints step, percent done, speed, the mean energy per molecule relative to the start of the run
+    (per-batch energies in double, whatever the platform's precision), the temperature and the time
+    left, at most twice a second."""
+
+    def __init__(self, total, dt, molecules, atoms, e_start):
+        self.total, self.dt, self.molecules, self.atoms, self.e_start = total, dt, molecules, atoms, e_start
         self.start = time.perf_counter()
         self.last = 0.0
         self.tty = sys.stderr.isatty()
 
-    def update(self, step, energy, final=False):
+    def due(self, final=False):
+        return final or time.perf_counter() - self.last >= 0.5
+
+    def update(self, step, e_mean, kinetic, final=False):
         now = time.perf_counter()
-        if not final and now - self.last < 0.5:
-            return
         self.last = now
         elapsed = now - self.start
         rate = step / elapsed if elapsed > 0 else 0.0
         nsday = rate * self.dt * 86400 / 1e6  # dt in fs
         left = (self.total - step) / rate if rate > 0 else float("nan")
+        temperature = 2 * kinetic / (3 * self.atoms * BOLTZMANN)
         line = (f"step {step:>7}/{self.total} {100 * step / self.total:5.1f}%  {nsday:8.3f} ns/day  "
-                f"{rate * self.molecules:10.1f} molecule-steps/s  E = {energy:14.3f} kJ/mol  {left:6.0f} s left")
+                f"{rate * self.molecules:10.1f} molecule-steps/s  E/molecule {e_mean - self.e_start:+10.3f} kJ/mol "
+                f"(from the start)  T {temperature:6.1f} K  {left:6.0f} s left")
         print(("\r" if self.tty else "") + line, end="\n" if final or not self.tty else "", file=sys.stderr, flush=True)
 
 
+class EnergiesFile:
+    """--energies: the CSV, written row by row; a write that fails (a full disk, /dev/full) ends the run
+    with a message, and a file this run created is removed if it ends before any row was written."""
+
+    def __init__(self, path, parser):
+        self.path, self.rows = path, 0
+        self.created = not os.path.exists(path)
+        try:
+            self.out = open(path, "w")
+        except OSError as e:
+            parser.error(f"cannot write --energies {path!r}: {e.strerror}")
+
+    def write(self, line, data=True):
+        try:
+            print(line, file=self.out, flush=True)
+        except OSError as e:
+            self.abandon()
+            sys.exit(f"error: cannot write --energies {self.path!r}: {e.strerror}")
+        self.rows += data
+
+    def close(self):
+        try:
+            self.out.close()
+        except OSError as e:
+            sys.exit(f"error: cannot write --energies {self.path!r}: {e.strerror}")
+
+    def abandon(self):
+        """Closes the file; removes it if this run created it and wrote no row of energies."""
+        try:
+            self.out.close()
+        except OSError:
+            pass
+        if self.created and self.rows == 0 and os.path.isfile(self.path):
+            os.remove(self.path)
+
+
+class Interrupt:
+    """Ctrl-C sets a flag that the minimiser's reporter and the step loop look at, so that the run
+    stops within one minimiser iteration or one chunk of steps (a second Ctrl-C stops at once)."""
+
+    def __init__(self):
+        self.requested = False
+        self.previous = signal.getsignal(signal.SIGINT)
+
+    def __enter__(self):
+        def handler(signum, frame):
+            if self.requested:
+                raise KeyboardInterrupt
+            self.requested = True
+        signal.signal(signal.SIGINT, handler)
+        return self
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGINT, self.previous)
+        return False
+
+
 def main(argv=None):
-    from . import NNPForce, NNPLangevinIntegrator, createSystemFromXYZ, pluginLoadFailures
     shared = sharedDirectory()
     parser = argparse.ArgumentParser(prog="python -m openmmnnp.simulate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--molecules", help="folder of XYZ files, one molecule each (default: shared/molecules/druglike)")
@@ -87,7 +152,7 @@ def main(argv=None):
     parser.add_argument("--energies", help="write per-molecule energies to this CSV file as the run goes")
     parser.add_argument("--energies-interval", type=int, default=100,
                         help="steps between rows of --energies (default 100; the last step is always written)")
-    parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    parser.add_argument("--seed", type=int, default=1, help="random seed, 0 .. 2147483647 (default 1; 0: a new one each run)")
     parser.add_argument("--integrator", choices=["nnp", "openmm"], default="nnp",
                         help="nnp: NNPLangevinIntegrator (CUDA graphs on CUDA; default); openmm: LangevinMiddleIntegrator")
     args = parser.parse_args(argv)
@@ -95,16 +160,25 @@ def main(argv=None):
                              ("--energies-interval", args.energies_interval, 1)]:
         if value is not None and value < low:
             parser.error(f"{name} must be at least {low}, got {value}")
+    if not 0 <= args.seed <= 2**31 - 1:
+        parser.error(f"--seed must be in 0 .. 2147483647, got {args.seed}")
     for name, value, positive in [("--timestep", args.timestep, True), ("--temperature", args.temperature, False),
                                   ("--friction", args.friction, False)]:
         if not math.isfinite(value) or value < 0 or (positive and value == 0):
             parser.error(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value}")
-    # Open the output first: an unwritable path fails now, not after the minimisation.
+    # Open the output first: an unwritable path fails now, not after the minimisation; its header is
+    # written (and flushed) as soon as the molecules are known, before the minimisation.
+    csv = EnergiesFile(args.energies, parser) if args.energies else None
     try:
-        csv = open(args.energies, "w") if args.energies else None
-    except OSError as e:
-        parser.error(f"cannot write --energies {args.energies!r}: {e.strerror}")
+        return run(args, csv, shared)
+    except BaseException:
+        if csv:
+            csv.abandon()
+        raise
 
+
+def run(args, csv, shared):
+    from . import NNPForce, NNPLangevinIntegrator, createSystemFromXYZ, pluginLoadFailures
     model = args.model
     try:
         found = NNPForce.findModel(model)
@@ -125,6 +199,8 @@ def main(argv=None):
     iterations = args.minimize if args.minimize is not None else iterations
 
     system, topology, positions, force, molecules = createSystemFromXYZ(model, files[:count])
+    if csv:
+        csv.write("step," + ",".join(m.name for m in molecules), data=False)
     atoms = system.getNumParticles()
     print(f"openmmnnp: {count} molecules ({atoms} atoms) with {force.getModelName()} "
           f"({force.getNumEnsembleMembers()}-member ensemble) on the {platform.getName()} platform", flush=True)
@@ -140,34 +216,47 @@ def main(argv=None):
     context = openmm.Context(system, integrator, platform)
     context.setPositions(positions)
 
-    e0 = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
-    if iterations > 0:
-        t = time.perf_counter()
-        openmm.LocalEnergyMinimizer.minimize(context, 1.0, iterations)
-        e1 = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
-        print(f"minimised: {e0:.3f} -> {e1:.3f} kJ/mol ({e1 - e0:+.3f}) in {time.perf_counter() - t:.1f} s", flush=True)
-    context.setVelocitiesToTemperature(args.temperature * unit.kelvin, args.seed)
+    def batch_energies():
+        return force.getBatchEnergies(context).value_in_unit(unit.kilojoule_per_mole)
 
-    if csv:
-        print("step," + ",".join(m.name for m in molecules), file=csv)
-    integrator.step(1)  # warm-up outside the timing
-    progress = Progress(steps, args.timestep, count, atoms)
-    start = time.perf_counter()
-    done = 0
-    chunk = max(1, min(100, steps // 20 or 1))
-    interval = args.energies_interval
-    while done < steps:
-        n = min(chunk, steps - done)
-        if csv:  # stop at every row of --energies
-            n = min(n, interval - done % interval)
-        integrator.step(n)
-        done += n
-        state = context.getState(getEnergy=True)
-        progress.update(done, state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole), final=done == steps)
-        if csv and (done % interval == 0 or done == steps):
-            energies = force.getBatchEnergies(context).value_in_unit(unit.kilojoule_per_mole)
-            print(f"{done}," + ",".join(f"{e:.6f}" for e in energies), file=csv, flush=True)
-    elapsed = time.perf_counter() - start
+    with Interrupt() as interrupt:
+        e0 = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+        if iterations > 0:
+            class StopOnInterrupt(openmm.MinimizationReporter):
+                def report(self, iteration, x, grad, args):
+                    return interrupt.requested  # True stops the minimiser
+
+            t = time.perf_counter()
+            openmm.LocalEnergyMinimizer.minimize(context, 1.0, iterations, StopOnInterrupt())
+            if interrupt.requested:
+                raise KeyboardInterrupt
+            e1 = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+            print(f"minimised: {e0:.3f} -> {e1:.3f} kJ/mol ({e1 - e0:+.3f}) in {time.perf_counter() - t:.1f} s", flush=True)
+        context.setVelocitiesToTemperature(args.temperature * unit.kelvin, args.seed)
+
+        integrator.step(1)  # warm-up outside the timing
+        progress = Progress(steps, args.timestep, count, atoms, sum(batch_energies()) / count)
+        start = time.perf_counter()
+        done = 0
+        chunk = max(1, min(100, steps // 20 or 1))
+        interval = args.energies_interval
+        while done < steps:
+            n = min(chunk, steps - done)
+            if csv:  # stop at every row of --energies
+                n = min(n, interval - done % interval)
+            integrator.step(n)
+            done += n
+            if interrupt.requested:
+                raise KeyboardInterrupt
+            row = csv and (done % interval == 0 or done == steps)
+            if progress.due(final=done == steps) or row:
+                energies = batch_energies()
+                if progress.due(final=done == steps):
+                    kinetic = context.getState(getEnergy=True).getKineticEnergy().value_in_unit(unit.kilojoule_per_mole)
+                    progress.update(done, sum(energies) / count, kinetic, final=done == steps)
+                if row:
+                    csv.write(f"{done}," + ",".join(f"{e:.6f}" for e in energies))
+        elapsed = time.perf_counter() - start
     if csv:
         csv.close()
 

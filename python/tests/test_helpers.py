@@ -1,8 +1,11 @@
 """Topology and XYZ helpers, the batch energy reporter, the main job."""
 import csv
 import io
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import openmm
 import pytest
@@ -125,6 +128,8 @@ def simulate(*args, **kwargs):
     (["--friction", "inf"], "--friction must be a finite number >= 0"),
     (["--energies-interval", "0"], "--energies-interval must be at least 1"),
     (["--energies", "/nonexistent-folder/e.csv"], "cannot write --energies '/nonexistent-folder/e.csv'"),
+    (["--seed", "2147483648"], "--seed must be in 0 .. 2147483647, got 2147483648"),
+    (["--seed", "-1"], "--seed must be in 0 .. 2147483647, got -1"),
 ])
 def test_main_job_refuses_bad_arguments(args, message):
     result = simulate(*args)
@@ -166,3 +171,60 @@ def test_force_from_topology_errors():
     import numpy as np
     force = openmmnnp.createForceFromTopology(ANI1X, topology, atoms=np.array([1, 0]), batches="all")
     assert [force.getAtomParameters(i) for i in range(2)] == [[1, 1, 0], [0, 6, 0]]
+
+
+def test_main_job_unwritable_energies_and_no_empty_csv(tmp_path):
+    """A CSV that opens but cannot be written (/dev/full) ends the run with a message before the
+    minimisation; a run that ends before any row (model not found) leaves no CSV of its own."""
+    if os.path.exists("/dev/full"):
+        result = simulate("--count", "1", "--steps", "2", "--minimize", "1", "--platform", "Reference", "--model", "ani1x",
+                          "--energies", "/dev/full")
+        assert result.returncode != 0 and "cannot write --energies '/dev/full'" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and "minimised" not in result.stdout
+    out = tmp_path / "e.csv"
+    result = simulate("--model", "ani9z", "--energies", str(out))
+    assert result.returncode != 0 and not out.exists()
+
+
+def test_main_job_progress_line():
+    """The progress line shows the mean energy per molecule from the start and the temperature."""
+    result = simulate("--count", "2", "--steps", "20", "--minimize", "0", "--platform", "CPU", "--model", "ani1x")
+    assert result.returncode == 0, result.stderr
+    line = [l for l in result.stderr.replace("\r", "\n").splitlines() if l.startswith("step")][-1]
+    assert "E/molecule" in line and "(from the start)" in line and " K " in line, line
+    temperature = float(line.split(" T ")[1].split()[0])
+    assert 0 < temperature < 2000
+
+
+def test_main_job_interrupt_during_minimisation(tmp_path):
+    """Ctrl-C during a long minimisation stops the run within seconds, with a message, and removes
+    the CSV it created before writing any row."""
+    out = tmp_path / "e.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "openmmnnp.simulate", "--count", "4", "--minimize", "100000",
+                             "--platform", "Reference", "--model", "ani1x", "--energies", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()  # the System is built: the minimisation starts now
+    assert line.startswith("openmmnnp:"), line
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    t = time.perf_counter()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "interrupted" in err and "Traceback" not in err, err
+    assert time.perf_counter() - t < 10
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ('2\nLattice="1 0 0 0 a 0 0 0 1"\nC 0 0 0\nH 1 0 0\n', 'must hold 9 finite numbers'),
+    ('2\nLattice="1 0 0 0 1 0 0 0 inf"\nC 0 0 0\nH 1 0 0\n', 'must hold 9 finite numbers'),
+    ("2\nx\nC 0 0 nan\nH 1 0 0\n", "atom line 1 has a coordinate that is not finite (0 0 nan)"),
+    ("2\nx\nC 0 0 0\nH 1 inf 0\n", "atom line 2 has a coordinate that is not finite"),
+    ("2\nx\nC 0 0 0\nH 0 0 0\n", "atoms 1 and 2 are at the same position"),
+    ("2\nx\nC 0 0 0\nBr 1.9 0 0\n", "atom 2 (Br): NNPForce: element Br"),
+])
+def test_xyz_errors_name_the_file(tmp_path, text, message):
+    path = tmp_path / "mol.xyz"
+    path.write_text(text)
+    with pytest.raises(openmm.OpenMMException) as e:
+        openmmnnp.createSystemFromXYZ("ani1x", [str(path)])
+    assert str(e.value).startswith(str(path)) and message in str(e.value), str(e.value)
