@@ -1,6 +1,7 @@
 """Building NNPForce systems from OpenMM Topologies and XYZ files."""
 import operator
 import math
+import numbers
 import os
 from dataclasses import dataclass
 
@@ -36,13 +37,23 @@ def _chosenAtoms(topology, atoms, caller):
 
 def _batchIndices(topology, chosen, batches, system, caller):
     """One batch index per chosen atom, numbered 0, 1, ... in order of first appearance."""
-    if batches is None or batches == "all":
+    if batches is None or (isinstance(batches, str) and batches == "all"):
         return [0] * len(chosen)
     if not isinstance(batches, str):
-        batchOf = list(batches)
+        if isinstance(batches, (bool, numbers.Number, bytes)):
+            raise openmm.OpenMMException(f"{caller}: batches must be 'all', 'chain', 'molecule', 'residue' or a list of "
+                                         f"batch indices (one per atom), got {batches!r}")
+        try:
+            batchOf = list(batches)
+        except TypeError:
+            raise openmm.OpenMMException(f"{caller}: batches must be 'all', 'chain', 'molecule', 'residue' or a list of "
+                                         f"batch indices (one per atom), got a {type(batches).__name__}") from None
         if len(batchOf) != len(chosen):
             raise openmm.OpenMMException(f"{caller}: {len(batchOf)} batch indices for {len(chosen)} atoms")
-        return batchOf
+        for k, b in enumerate(batchOf):
+            if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 0:
+                raise openmm.OpenMMException(f"{caller}: batch index {k} is {b!r}: batch indices are integers >= 0")
+        return [int(b) for b in batchOf]
     allAtoms = list(topology.atoms())
     if batches == "chain":
         key = lambda atom: atom.residue.chain.index
@@ -72,8 +83,8 @@ def _batchIndices(topology, chosen, batches, system, caller):
         for atom in chosen:
             if atom.index < system.getNumParticles() and system.isVirtualSite(atom.index):
                 owner[atom.index] = allAtoms[system.getVirtualSite(atom.index).getParticle(0)]
-    numbers = {}
-    return [numbers.setdefault(key(owner.get(atom.index, atom)), len(numbers)) for atom in chosen]
+    first = {}
+    return [first.setdefault(key(owner.get(atom.index, atom)), len(first)) for atom in chosen]
 
 
 def createForceFromTopology(model, topology, atoms=None, batches="chain", periodic=None, system=None):

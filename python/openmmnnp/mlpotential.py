@@ -24,6 +24,9 @@ Arguments of ``createSystem`` / ``createMixedSystem`` (passed on to :meth:`addFo
                 with one total charge per batch
 Other keyword arguments are accepted and ignored, as OpenMM-ML expects.
 """
+import numbers
+import os
+
 import openmm
 from openmm import app
 
@@ -56,8 +59,13 @@ class NNPPotentialImpl(_ImplBase):
                                              "or a converted .nnpm file")
         from . import NNPForce
         self.name = name
+        if isinstance(model, (bytes, os.PathLike)):
+            model = os.fsdecode(model)
+        if not isinstance(model, str):
+            raise openmm.OpenMMException(f"MLPotential('{name}'): model must be a name or a path (str, bytes or "
+                                         f"os.PathLike), not {type(model).__name__}")
         try:
-            self.model = NNPForce.findModel(str(model))  # fails now, listing where it looked, if it is missing
+            self.model = NNPForce.findModel(model)  # fails now, listing where it looked, if it is missing
         except openmm.OpenMMException as e:
             if str(model) not in PUBLISHED:
                 raise
@@ -65,6 +73,8 @@ class NNPPotentialImpl(_ImplBase):
             raise openmm.OpenMMException(
                 f"{e}\n{model} is published as {filename} at https://huggingface.co/{repo}; download it and convert "
                 f"it once (no PyTorch needed): python -m openmmnnp.models convert {filename} --name {model}") from None
+        if not os.path.isfile(self.model):
+            raise openmm.OpenMMException(f"MLPotential('{name}'): no model file at {self.model!r}")
 
     def addForces(self, topology, system, atoms, forceGroup, modelIndex=None, batches=None, charge=0, **args):
         """Adds an NNPForce for `atoms` (all atoms when None) of `topology` to `system`, in
@@ -78,6 +88,8 @@ class NNPPotentialImpl(_ImplBase):
         except openmm.OpenMMException as e:
             raise openmm.OpenMMException(str(e).replace("createForceFromTopology", caller, 1)) from None
         if modelIndex is not None:
+            if isinstance(modelIndex, bool) or not isinstance(modelIndex, numbers.Integral):
+                raise openmm.OpenMMException(f"{caller}: modelIndex must be an integer (an ensemble member), got {modelIndex!r}")
             force.setEnsembleMember(int(modelIndex))
         charges = list(charge) if isinstance(charge, (list, tuple)) else None
         if charges is None:

@@ -140,6 +140,34 @@ def test_errors():
         MLPotential("ani2x-nnp", model="no-such-model")
 
 
+def test_argument_types(tmp_path):
+    """batches=, modelIndex= and model= of the wrong type are refused with a message, and a missing
+    model path is refused when the potential is made, not at createSystem."""
+    topology, _ = molecule_topology(drug("0030"))
+    potential = MLPotential("ani2x-nnp")
+    n = topology.getNumAtoms()
+    for bad in (5, True, 1.5, b"chain"):
+        with pytest.raises(openmm.OpenMMException, match="batches must be"):
+            potential.createSystem(topology, batches=bad)
+    with pytest.raises(openmm.OpenMMException, match="batch index 1 is 0.5"):
+        potential.createSystem(topology, batches=[0, 0.5] + [0] * (n - 2))
+    with pytest.raises(openmm.OpenMMException, match="batch index 0 is -1"):
+        potential.createSystem(topology, batches=[-1] + [0] * (n - 1))
+    system = potential.createSystem(topology, batches=np.zeros(n, dtype=np.int64))  # NumPy integers are fine
+    assert openmmnnp.NNPForce.cast(system.getForce(0)).getNumBatches() == 1
+    for bad in (1.7, True, "1"):
+        with pytest.raises(openmm.OpenMMException, match="modelIndex must be an integer"):
+            potential.createSystem(topology, modelIndex=bad)
+    assert openmmnnp.NNPForce.cast(potential.createSystem(topology, modelIndex=np.int32(2)).getForce(0)).getEnsembleMember() == 2
+    with pytest.raises(openmm.OpenMMException, match="model must be a name or a path"):
+        MLPotential("ani2x-nnp", model=3)
+    system = MLPotential("ani2x-nnp", model=os.fsencode(ANI2X)).createSystem(topology)  # bytes: a path
+    assert openmmnnp.NNPForce.cast(system.getForce(0)).getModelPath() == os.path.abspath(ANI2X)
+    missing = str(tmp_path / "missing.nnpm")
+    with pytest.raises(openmm.OpenMMException, match="missing.nnpm"):
+        MLPotential("torchmdnet-nnp", modelPath=missing)
+
+
 def test_batches():
     """Default: one batch (molecules interact); batches='molecule' / 'residue' / a list: independent."""
     pdb = app.PDBFile(os.path.join(EXAMPLES, "alanine-dipeptide.pdb"))
