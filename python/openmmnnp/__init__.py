@@ -115,10 +115,10 @@ def _fromCheckpoint(path):
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
     stem = _os.path.splitext(_os.path.basename(path))[0][:40]
-    folder = _os.path.join(models.cacheFolder(), "converted")
+    folder = _os.path.join(models._cacheOrFail(), "converted")
     target = _os.path.join(folder, f"{stem}-{digest}.nnpm")
     if not _os.path.isfile(target):
-        _os.makedirs(folder, exist_ok=True)
+        models._makeFolder(folder)
         torchmdnet.convert([path], target, name=stem)
         warnings.warn(f"NNPForce: converted the torchmd-net checkpoint {path} into {target} (eV and Å, "
                       "torchmd-net 2.x layout); for other units or a 3.x checkpoint, convert it yourself: "

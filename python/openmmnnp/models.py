@@ -32,18 +32,38 @@ def findModel(name):
 
 
 def cacheFolder():
-    """The per-user cache folder: $XDG_CACHE_HOME/openmm-nnp/models or ~/.cache/openmm-nnp/models."""
+    """The per-user cache folder, as libnnp searches it: $XDG_CACHE_HOME/openmm-nnp/models (an absolute
+    XDG_CACHE_HOME), else $HOME/.cache/openmm-nnp/models; None when neither is set."""
     xdg = os.environ.get("XDG_CACHE_HOME")
     if xdg and os.path.isabs(xdg):
         return os.path.join(xdg, "openmm-nnp", "models")
-    return os.path.join(os.path.expanduser("~"), ".cache", "openmm-nnp", "models")
+    home = os.environ.get("HOME")
+    return os.path.join(home, ".cache", "openmm-nnp", "models") if home else None
+
+
+def _cacheOrFail():
+    folder = cacheFolder()
+    if folder is None:
+        raise openmm.OpenMMException("no per-user model cache: HOME is not set (nor an absolute XDG_CACHE_HOME), so "
+                                     "names would not find the models; give a destination folder (--dest FOLDER, "
+                                     "or OUT.nnpm) and put it on NNP_MODEL_PATH")
+    return folder
+
+
+def _makeFolder(folder):
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise openmm.OpenMMException(f"the destination {folder} exists and is not a folder")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise openmm.OpenMMException(f"cannot create the destination folder {folder}: {e.strerror}") from None
 
 
 def install(zoo, destination=None, names=None, out=sys.stdout):
     """Converts the models of an ANI model zoo folder (``ani-2x_8x.info`` …) into ``<name>.nnpm`` files
     in ``destination`` (default: the per-user cache). Returns the files written."""
     from . import NNPForce
-    destination = destination or cacheFolder()
+    destination = destination or _cacheOrFail()
     names = names or list(ZOO)
     unknown = [n for n in names if n not in ZOO]
     if unknown:
@@ -52,14 +72,25 @@ def install(zoo, destination=None, names=None, out=sys.stdout):
     missing = [p for p in sources.values() if not os.path.isfile(p)]
     if missing:
         raise openmm.OpenMMException(f"not in the model zoo folder {zoo}: {', '.join(missing)}")
-    os.makedirs(destination, exist_ok=True)
+    _makeFolder(destination)
+    targets = {n: os.path.join(destination, n + ".nnpm") for n in names}
+    for target in targets.values():
+        if os.path.exists(target) and not os.path.isfile(target):
+            raise openmm.OpenMMException(f"{target} exists and is not a regular file: not replaced")
     written = []
     for name, source in sources.items():
-        target = os.path.join(destination, name + ".nnpm")
+        target = targets[name]
         partial = target + ".partial"
         print(f"converting {source} -> {target}", file=out, flush=True)
-        NNPForce.convertModel(source, partial)
-        os.replace(partial, target)  # never leaves a half-written model under the name
+        try:
+            NNPForce.convertModel(source, partial)
+            os.replace(partial, target)  # never leaves a half-written model under the name
+        except (OSError, openmm.OpenMMException) as e:
+            if os.path.isfile(partial):
+                os.remove(partial)
+            if isinstance(e, OSError):
+                raise openmm.OpenMMException(f"cannot write {target}: {e.strerror}") from None
+            raise
         written.append(target)
     return written
 
@@ -70,7 +101,7 @@ def main(argv=None):
     sub.add_parser("list", help="where each model name resolves (the default)")
     inst = sub.add_parser("install", help="convert an ANI model zoo folder into .nnpm files found by name")
     inst.add_argument("zoo", help="folder holding ani-1x_8x.info, ani-1ccx_8x.info, ani-2x_8x.info")
-    inst.add_argument("--dest", help=f"destination folder (default: the per-user cache, {cacheFolder()})")
+    inst.add_argument("--dest", help=f"destination folder (default: the per-user cache, {cacheFolder() or 'none: HOME is not set'})")
     inst.add_argument("--models", nargs="+", choices=list(ZOO), help="models to convert (default: all)")
     conv = sub.add_parser("convert", help="convert torchmd-net TensorNet checkpoints (.ckpt) into a .nnpm file",
                           description="Reads torchmd-net / Lightning checkpoints without PyTorch (a restricted "
@@ -96,8 +127,9 @@ def main(argv=None):
             if paths[-1].endswith(".nnpm"):
                 output, checkpoints = paths[-1], paths[:-1]
             elif args.name:
-                os.makedirs(cacheFolder(), exist_ok=True)
-                output, checkpoints = os.path.join(cacheFolder(), args.name + ".nnpm"), paths
+                folder = _cacheOrFail()
+                _makeFolder(folder)
+                output, checkpoints = os.path.join(folder, args.name + ".nnpm"), paths
             else:
                 parser.error("convert: give OUT.nnpm after the checkpoints, or --name NAME")
             torchmdnet.convert(checkpoints, output, args.energy_unit, args.length_unit, args.name, args.layout,

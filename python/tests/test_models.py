@@ -236,3 +236,28 @@ def test_info_files_stay_in_their_folder(tmp_path):
     info = model / "good.info"
     info.write_text("\n".join(lines))
     assert openmmnnp.NNPForce(str(info)).getNumEnsembleMembers() == 8
+
+
+def test_install_command_errors(tmp_path):
+    """--dest a file or an uncreatable folder, a target that is a folder, no HOME: a message each, no
+    traceback, nothing half-written left behind."""
+    zoo = os.path.dirname(ANI1X)
+
+    def install(*extra, env=None):
+        return subprocess.run([sys.executable, "-m", "openmmnnp.models", "install", zoo, "--models", "ani1x", *extra],
+                              capture_output=True, text=True, timeout=300, env=env)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for dest, message in [(afile, "exists and is not a folder"), (afile / "sub", "cannot create the destination folder")]:
+        result = install("--dest", str(dest))
+        assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    dest = tmp_path / "dest"
+    (dest / "ani1x.nnpm").mkdir(parents=True)
+    result = install("--dest", str(dest))
+    assert result.returncode == 1 and "exists and is not a regular file" in result.stderr, result.stderr
+    assert sorted(os.listdir(dest)) == ["ani1x.nnpm"]  # no .partial left
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME")}
+    result = install(env=env)
+    assert result.returncode == 1 and "HOME is not set" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    result = install(env=dict(env, HOME=""))
+    assert result.returncode == 1 and "HOME is not set" in result.stderr
