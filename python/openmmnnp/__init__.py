@@ -61,6 +61,11 @@ def _path(path, what="model"):
         raise _openmm.OpenMMException(f"NNPForce: {what} must be a name or a path (str, bytes or os.PathLike), got {path!r}") from None
     if "\0" in text:
         raise _openmm.OpenMMException(f"NNPForce: {what} {text!r} contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 decode to surrogates, which OpenMM's strings cannot hold
+        raise _openmm.OpenMMException(f"NNPForce: {what} {text!r} is not valid UTF-8; openmm-nnp (like OpenMM) takes "
+                                      "UTF-8 paths: rename the file or link it under a UTF-8 name") from None
     return text
 
 
@@ -81,7 +86,10 @@ _addAtoms = NNPForce.addAtoms
 
 def _integers(values, what, elements=False):
     """A list of ints from a sequence or NumPy array of integers (or Elements, for elements)."""
-    if hasattr(values, "dtype") and hasattr(values, "tolist"):  # NumPy: integer arrays only
+    if hasattr(values, "dtype") and hasattr(values, "tolist"):  # NumPy: 1-D integer arrays only
+        if getattr(values, "ndim", 1) != 1:
+            raise _openmm.OpenMMException(f"NNPForce.addAtoms: {what} must be one-dimensional (one value per atom), "
+                                          f"got an array of shape {tuple(values.shape)}")
         if values.dtype.kind not in "iu":
             raise _openmm.OpenMMException(f"NNPForce.addAtoms: {what} must be integers, got an array of {values.dtype}")
         return values.tolist()

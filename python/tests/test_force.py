@@ -147,6 +147,14 @@ def test_python_argument_types(tmp_path):
         openmmnnp.NNPForce(ANI1X + "\0junk")
     with pytest.raises(openmm.OpenMMException, match="must be a name or a path"):
         openmmnnp.NNPForce(3)
+    for bad in (b"\xff\xfe.nnpm", "\udcff.nnpm"):  # not UTF-8: a clear error, not SWIG's TypeError
+        with pytest.raises(openmm.OpenMMException, match="is not valid UTF-8"):
+            openmmnnp.NNPForce(bad)
+        with pytest.raises(openmm.OpenMMException, match="is not valid UTF-8"):
+            openmmnnp.NNPForce.findModel(bad)
+    # addAtoms with a 2-D array says so
+    with pytest.raises(openmm.OpenMMException, match=r"one-dimensional .* shape \(2, 3\)"):
+        openmmnnp.NNPForce(ANI1X).addAtoms(np.zeros((2, 3), dtype=int), [1, 1], [0, 0])
     converted = tmp_path / "ani1x.nnpm"
     openmmnnp.NNPForce.convertModel(pathlib.Path(ANI1X), converted)
     assert converted.is_file()
