@@ -188,8 +188,17 @@ NNP_API nnp_status nnp_plan_set_num_threads(nnp_plan* plan, int32_t n_threads);
 /** Units of positions, box, energies and forces (default NNP_UNITS_ANGSTROM_HARTREE). */
 NNP_API nnp_status nnp_plan_set_units(nnp_plan* plan, nnp_units units);
 
+typedef enum nnp_precision { NNP_PRECISION_SINGLE = 0, NNP_PRECISION_DOUBLE = 1 } nnp_precision;
 /**
- * CPU evaluation in double precision.
+ * Arithmetic of the CPU evaluation (default NNP_PRECISION_DOUBLE, exact). NNP_PRECISION_SINGLE
+ * runs ANI's networks in float32 on SIMD (AVX-512, AVX2 or SSE2, chosen at run time by the CPU's
+ * features) with the AEV, its backward pass, the atom and batch energies and the forces in float64;
+ * results stay independent of the thread count. TensorNet's CPU evaluation is double either way.
+ */
+NNP_API nnp_status nnp_plan_set_cpu_precision(nnp_plan* plan, nnp_precision precision);
+
+/**
+ * CPU evaluation (double precision unless nnp_plan_set_cpu_precision says otherwise).
  *
  * positions       n_atoms × 3, in the plan's length unit.
  * box             NULL for no periodicity, else 9 values: the box vectors a, b, c (row by row)
@@ -220,7 +229,6 @@ NNP_API nnp_status nnp_evaluate_cpu(nnp_plan* plan, const double* positions, con
  * the per-batch sums are accumulated in float64; forces are summed as 64-bit fixed point (2^-32),
  * so results do not depend on the order of the GPU's additions.
  */
-typedef enum nnp_precision { NNP_PRECISION_SINGLE = 0, NNP_PRECISION_DOUBLE = 1 } nnp_precision;
 typedef enum nnp_positions_format {
     NNP_POSITIONS_XYZ_DOUBLE = 0, /**< double[3] per particle */
     NNP_POSITIONS_FLOAT4 = 1,     /**< float4 (x, y, z, unused) per particle, OpenMM single/mixed */

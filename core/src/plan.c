@@ -12,6 +12,7 @@ nnp_status nnp_plan_create(const nnp_model* model, nnp_plan** out) {
     plan->member = -1;
     plan->units = NNP_UNITS_ANGSTROM_HARTREE;
     plan->cuda_dirty = 1;
+    plan->cpu_precision = NNP_PRECISION_DOUBLE;
     nnp_cuda_tuning_defaults(&plan->cuda_tuning);
     *out = plan;
     return NNP_OK;
@@ -168,6 +169,14 @@ nnp_status nnp_plan_set_particles(nnp_plan* plan, const int32_t* particles) {
     free(plan->particles);
     plan->particles = copy;
     plan->cuda_dirty = 1;
+    return NNP_OK;
+}
+
+nnp_status nnp_plan_set_cpu_precision(nnp_plan* plan, nnp_precision precision) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_cpu_precision: plan is NULL");
+    if (precision != NNP_PRECISION_SINGLE && precision != NNP_PRECISION_DOUBLE)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)precision);
+    plan->cpu_precision = precision;
     return NNP_OK;
 }
 

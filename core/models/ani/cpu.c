@@ -160,6 +160,8 @@ typedef struct workspace {
     double* grad_b;
     double* daev;                    /* width × CHUNK: dE/dAEV of the chunk, all members */
     double* atom;                    /* one atom's AEV or dE/dAEV, width */
+    /* float32 (the plan's CPU precision single): the same buffers */
+    float *actf[NNP_MAX_LAYERS + 1], *pref[NNP_MAX_LAYERS], *grad_af, *grad_bf, *daevf;
 } workspace;
 
 static double activate(int32_t kind, double z) {
@@ -221,6 +223,72 @@ static void network_backward(const nnp_network* net, workspace* ws, int32_t n, d
     }
 }
 
+/* The same two passes in float32 (the plan's CPU precision single): float32 activations and sums,
+   the inner loops over the chunk's atoms on SIMD; compiled for AVX-512, AVX2 and the baseline, one
+   picked at run time by the CPU's features. Outputs and dE/dAEV leave in double. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#define NNP_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NNP_SIMD_CLONES
+#endif
+static float activate_f(int32_t kind, float z) {
+    if (kind == NNP_ACT_CELU) return z > 0 ? z : (float)NNP_CELU_ALPHA * expm1f(z / (float)NNP_CELU_ALPHA);
+    return z;
+}
+static float activate_deriv_f(int32_t kind, float z) {
+    if (kind == NNP_ACT_CELU) return z > 0 ? 1.f : expf(z / (float)NNP_CELU_ALPHA);
+    return 1.f;
+}
+
+NNP_SIMD_CLONES
+static void network_forward_f(const nnp_network* net, workspace* ws, int32_t n, double* out) {
+    for (int32_t l = 0; l < net->n_layers; l++) {
+        const nnp_layer* layer = &net->layers[l];
+        const float* x = ws->actf[l];
+        float* z = ws->pref[l];
+        float* y = ws->actf[l + 1];
+        for (int32_t o = 0; o < layer->n_out; o++) {
+            const float* w = layer->weights + (size_t)o * layer->n_in;
+            float* zo = z + (size_t)o * CHUNK;
+            for (int32_t a = 0; a < CHUNK; a++) zo[a] = layer->biases[o];
+            for (int32_t k = 0; k < layer->n_in; k++) {
+                const float wk = w[k];
+                const float* xk = x + (size_t)k * CHUNK;
+                for (int32_t a = 0; a < CHUNK; a++) zo[a] += wk * xk[a];
+            }
+            for (int32_t a = 0; a < n; a++) y[(size_t)o * CHUNK + a] = activate_f(layer->activation, zo[a]);
+        }
+    }
+    for (int32_t a = 0; a < n; a++) out[a] = ws->actf[net->n_layers][a];
+}
+
+NNP_SIMD_CLONES
+static void network_backward_f(const nnp_network* net, workspace* ws, int32_t n, float scale, float* daev) {
+    float* g = ws->grad_af;
+    float* h = ws->grad_bf;
+    for (int32_t a = 0; a < CHUNK; a++) g[a] = a < n ? scale : 0.f;
+    for (int32_t l = net->n_layers - 1; l >= 0; l--) {
+        const nnp_layer* layer = &net->layers[l];
+        const float* z = ws->pref[l];
+        float* gin = l == 0 ? daev : h;
+        if (l > 0) memset(gin, 0, (size_t)layer->n_in * CHUNK * sizeof(float));
+        for (int32_t o = 0; o < layer->n_out; o++) {
+            const float* w = layer->weights + (size_t)o * layer->n_in;
+            float delta[CHUNK];
+            for (int32_t a = 0; a < CHUNK; a++)
+                delta[a] = a < n ? g[(size_t)o * CHUNK + a] * activate_deriv_f(layer->activation, z[(size_t)o * CHUNK + a]) : 0.f;
+            for (int32_t k = 0; k < layer->n_in; k++) {
+                const float wk = w[k];
+                float* gk = gin + (size_t)k * CHUNK;
+                for (int32_t a = 0; a < CHUNK; a++) gk[a] += delta[a] * wk;
+            }
+        }
+        float* t = g;
+        g = h;
+        h = t;
+    }
+}
+
 static void free_workspace(workspace* ws) {
     for (int l = 0; l <= NNP_MAX_LAYERS; l++) free(ws->act[l]);
     for (int l = 0; l < NNP_MAX_LAYERS; l++) free(ws->pre[l]);
@@ -228,6 +296,11 @@ static void free_workspace(workspace* ws) {
     free(ws->grad_b);
     free(ws->daev);
     free(ws->atom);
+    for (int l = 0; l <= NNP_MAX_LAYERS; l++) free(ws->actf[l]);
+    for (int l = 0; l < NNP_MAX_LAYERS; l++) free(ws->pref[l]);
+    free(ws->grad_af);
+    free(ws->grad_bf);
+    free(ws->daevf);
 }
 
 static nnp_status alloc_workspace(const nnp_model* model, workspace* ws) {
@@ -247,6 +320,11 @@ static nnp_status alloc_workspace(const nnp_model* model, workspace* ws) {
     for (int32_t l = 0; l < layers; l++) ok = ok && (ws->pre[l] = calloc(1, bytes)) != NULL;
     ok = ok && (ws->grad_a = calloc(1, bytes)) != NULL && (ws->grad_b = calloc(1, bytes)) != NULL &&
          (ws->daev = calloc(1, bytes)) != NULL && (ws->atom = calloc((size_t)width, sizeof(double))) != NULL;
+    const size_t fbytes = (size_t)CHUNK * (size_t)width * sizeof(float);
+    for (int32_t l = 0; l <= layers; l++) ok = ok && (ws->actf[l] = calloc(1, fbytes)) != NULL;
+    for (int32_t l = 0; l < layers; l++) ok = ok && (ws->pref[l] = calloc(1, fbytes)) != NULL;
+    ok = ok && (ws->grad_af = calloc(1, fbytes)) != NULL && (ws->grad_bf = calloc(1, fbytes)) != NULL &&
+         (ws->daevf = calloc(1, fbytes)) != NULL;
     if (!ok) {
         free_workspace(ws);
         return nnp_fail(NNP_ERR_MEMORY, "out of memory for the network workspace");
@@ -272,6 +350,7 @@ typedef struct eval_job {
     int32_t n_chunks;
     int32_t m_first, m_last;
     int with_forces;
+    int single;                /* float32 networks (the plan's CPU precision) */
     double* atom_e;            /* per atom, network energy (Hartree) */
     double* local;             /* per atom i: 3 × (1 + neighbours) values, from local_start[i] */
     const size_t* local_start;
@@ -290,21 +369,34 @@ static void run_chunks(eval_job* job, workspace* ws) {
         if (ci >= job->n_chunks) break;
         const nnp_chunk* ch = &job->chunks[ci];
         const int32_t* atoms = job->order + ch->first;
+        const int single = job->single;
         for (int32_t a = 0; a < ch->count; a++) {
             memset(ws->atom, 0, A * sizeof(double));
             compute_aev(model, job->plan, job->nl, atoms[a], ws->atom);
-            for (size_t k = 0; k < A; k++) ws->act[0][k * CHUNK + (size_t)a] = ws->atom[k];
+            if (single)
+                for (size_t k = 0; k < A; k++) ws->actf[0][k * CHUNK + (size_t)a] = (float)ws->atom[k];
+            else
+                for (size_t k = 0; k < A; k++) ws->act[0][k * CHUNK + (size_t)a] = ws->atom[k];
         }
+        if (single) /* the unused columns of a partial chunk stay zero: the SIMD loops run over all CHUNK */
+            for (size_t k = 0; k < A; k++)
+                for (int32_t a = ch->count; a < CHUNK; a++) ws->actf[0][k * CHUNK + (size_t)a] = 0.f;
         if (job->with_forces) memset(ws->daev, 0, A * CHUNK * sizeof(double));
+        if (job->with_forces && single) memset(ws->daevf, 0, A * CHUNK * sizeof(float));
         for (int32_t m = job->m_first; m < job->m_last; m++) {
             const nnp_network* net = &ani->networks[m * model->n_elements + ch->element];
-            network_forward(net, ws, ch->count, out);
+            if (single) network_forward_f(net, ws, ch->count, out);
+            else network_forward(net, ws, ch->count, out);
             for (int32_t a = 0; a < ch->count; a++) job->atom_e[atoms[a]] += out[a] * scale;
-            if (job->with_forces) network_backward(net, ws, ch->count, scale, ws->daev);
+            if (job->with_forces && single) network_backward_f(net, ws, ch->count, (float)scale, ws->daevf);
+            else if (job->with_forces) network_backward(net, ws, ch->count, scale, ws->daev);
         }
         if (job->with_forces)
             for (int32_t a = 0; a < ch->count; a++) {
-                for (size_t k = 0; k < A; k++) ws->atom[k] = ws->daev[k * CHUNK + (size_t)a];
+                if (single)
+                    for (size_t k = 0; k < A; k++) ws->atom[k] = ws->daevf[k * CHUNK + (size_t)a];
+                else
+                    for (size_t k = 0; k < A; k++) ws->atom[k] = ws->daev[k * CHUNK + (size_t)a];
                 aev_backward(model, job->plan, job->nl, atoms[a], ws->atom, job->local + job->local_start[atoms[a]]);
             }
     }
@@ -368,6 +460,7 @@ nnp_status nnp_ani_evaluate_cpu(nnp_plan* plan, const double* pos, const double*
     eval_job job = {.model = model, .plan = plan, .nl = &nl, .order = by_element, .chunks = chunks,
                     .n_chunks = n_chunks, .m_first = plan->member < 0 ? 0 : plan->member,
                     .m_last = plan->member < 0 ? model->n_members : plan->member + 1, .with_forces = forces,
+                    .single = plan->cpu_precision == NNP_PRECISION_SINGLE,
                     .atom_e = atom_e, .local = local, .local_start = local_start, .ws = ws};
     atomic_init(&job.next, 0);
     pthread_t threads[NNP_MAX_THREADS];

@@ -39,7 +39,8 @@ void ReferenceCalcNNPForceKernel::setAtoms(const NNPForce& force) {
 double ReferenceCalcNNPForceKernel::evaluate(ContextImpl& context, bool withForces) {
     if (!threadsSet) {
         // On the CPU platform the evaluation uses as many threads as OpenMM's Threads property says
-        // (which follows OPENMM_CPU_THREADS); elsewhere all cores (or NNP_NUM_THREADS).
+        // (which follows OPENMM_CPU_THREADS), and float32 networks; elsewhere all cores (or
+        // NNP_NUM_THREADS) and double precision.
         const Platform& platform = context.getPlatform();
         if (platform.getName() == "CPU") {
             int threads = 0;
@@ -49,6 +50,8 @@ double ReferenceCalcNNPForceKernel::evaluate(ContextImpl& context, bool withForc
                 threads = 0;
             }
             if (threads > 0) checkNNP(nnp_plan_set_num_threads(plan, std::min(threads, NNP_MAX_THREADS)), "cannot set the thread count");
+            // OpenMM's CPU platform computes in single precision; Reference stays double and exact.
+            checkNNP(nnp_plan_set_cpu_precision(plan, NNP_PRECISION_SINGLE), "cannot set the precision");
         }
         threadsSet = true;
     }

@@ -1,0 +1,77 @@
+/*
+ * The CPU evaluation with float32 networks (nnp_plan_set_cpu_precision single) against the double
+ * one: ANI-2x on drug-like molecules and copies with S, F and Cl (every element), free and in a
+ * periodic box; per-batch energies within 1e-8 relative, forces within 1e-5 relative RMS; 1, 2 and
+ * all threads give the same bits; energy alone equals the energy with forces.
+ */
+#include "test.h"
+
+#define NMOL 12
+
+static double rms_relative(const double* ref, const double* x, int n) {
+    double num = 0, den = 0;
+    for (int k = 0; k < n; k++) num += (x[k] - ref[k]) * (x[k] - ref[k]), den += ref[k] * ref[k];
+    return sqrt(num / den);
+}
+
+int main(void) {
+    nnp_model* model = load_model_or_die("models/ani-model-zoo/ani-2x_8x.info");
+    int32_t n = 0, *z = NULL, *batch = NULL;
+    double* pos = NULL;
+    for (int k = 1; k <= NMOL; k++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "molecules/druglike/drugbank-%04d.xyz", k);
+        FILE* f = fopen(shared_path(rel), "r");
+        if (f == NULL) continue;
+        fclose(f);
+        molecule m = read_molecule_or_die(rel);
+        z = realloc(z, sizeof(int32_t) * (n + m.n)), batch = realloc(batch, sizeof(int32_t) * (n + m.n));
+        pos = realloc(pos, sizeof(double) * 3 * (n + m.n));
+        int swapped = 0;
+        for (int32_t a = 0; a < m.n; a++) {
+            z[n + a] = m.z[a];
+            if (k % 3 == 0 && m.z[a] == 1 && swapped < 3) z[n + a] = (int32_t[]){9, 16, 17}[swapped++]; /* every element */
+            batch[n + a] = k - 1;
+            for (int c = 0; c < 3; c++) pos[3 * (n + a) + c] = m.pos[3 * a + c];
+        }
+        n += m.n;
+        free_molecule(&m);
+    }
+    const int32_t nb = NMOL;
+    for (int periodic = 0; periodic < 2; periodic++) {
+        const double box[9] = {40, 0, 0, 0, 40, 0, 0, 0, 40};
+        nnp_plan *dbl, *sgl;
+        CHECK_OK(nnp_plan_create(model, &dbl));
+        CHECK_OK(nnp_plan_create(model, &sgl));
+        CHECK_OK(nnp_plan_set_atoms(dbl, n, z, batch));
+        CHECK_OK(nnp_plan_set_atoms(sgl, n, z, batch));
+        CHECK_OK(nnp_plan_set_cpu_precision(sgl, NNP_PRECISION_SINGLE));
+        double e_d, e_s, *b_d = malloc(sizeof(double) * nb), *b_s = malloc(sizeof(double) * nb);
+        double *f_d = malloc(sizeof(double) * 3 * n), *f_s = malloc(sizeof(double) * 3 * n), *f_t = malloc(sizeof(double) * 3 * n);
+        CHECK_OK(nnp_evaluate_cpu(dbl, pos, periodic ? box : NULL, &e_d, b_d, f_d));
+        CHECK_OK(nnp_evaluate_cpu(sgl, pos, periodic ? box : NULL, &e_s, b_s, f_s));
+        double worst = 0;
+        for (int b = 0; b < nb; b++) worst = fmax(worst, fabs(b_s[b] - b_d[b]) / fabs(b_d[b]));
+        const double frms = rms_relative(f_d, f_s, 3 * n);
+        printf("%d atoms in %d batches%s: float32 networks against double: worst batch %.2e, forces rel RMS %.2e\n", n, nb,
+               periodic ? ", periodic" : "", worst, frms);
+        CHECK(worst <= 1e-8);
+        CHECK(frms <= 1e-5);
+        CHECK(frms > 0); /* it is float32 */
+        for (int threads = 1; threads <= 3; threads++) { /* 3: all cores */
+            CHECK_OK(nnp_plan_set_num_threads(sgl, threads == 3 ? 0 : threads));
+            double e_t;
+            CHECK_OK(nnp_evaluate_cpu(sgl, pos, periodic ? box : NULL, &e_t, NULL, f_t));
+            CHECK(e_t == e_s && memcmp(f_t, f_s, sizeof(double) * 3 * n) == 0);
+            CHECK_OK(nnp_evaluate_cpu(sgl, pos, periodic ? box : NULL, &e_t, NULL, NULL));
+            CHECK(e_t == e_s);
+        }
+        CHECK_FAILS(nnp_plan_set_cpu_precision(sgl, (nnp_precision)7), NNP_ERR_INVALID_ARGUMENT, "unknown precision");
+        free(b_d), free(b_s), free(f_d), free(f_s), free(f_t);
+        nnp_plan_free(dbl);
+        nnp_plan_free(sgl);
+    }
+    free(z), free(batch), free(pos);
+    nnp_model_free(model);
+    return test_finish("test_cpu_single");
+}
