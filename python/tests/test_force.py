@@ -34,7 +34,9 @@ def test_methane_published_value(platform):
     context = context_for(system, positions, platform)
     energy = context.getState(getEnergy=True).getPotentialEnergy()
     assert energy.unit == unit.kilojoule_per_mole
-    assert abs(energy.value_in_unit(unit.kilojoule_per_mole) / HARTREE + 40.277153758433975) < 1e-9
+    # Reference: double throughout; CPU: float32 networks, within 1e-8 relative (docs: README)
+    tolerance = 1e-9 if platform.getName() == "Reference" else 1e-8 * 40.277153758433975
+    assert abs(energy.value_in_unit(unit.kilojoule_per_mole) / HARTREE + 40.277153758433975) < tolerance
     batches = force.getBatchEnergies(context)
     assert batches.unit == unit.kilojoule_per_mole
     assert batches.value_in_unit(unit.kilojoule_per_mole) == [energy.value_in_unit(unit.kilojoule_per_mole)]
