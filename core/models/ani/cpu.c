@@ -62,16 +62,22 @@ static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_
             double avg = 0.5 * (dj + dk);
             double* out = aev + ani->radial_length +
                           ani->pair_index[plan->elements[nb[a].j]][plan->elements[nb[b].j]] * ani->angular_sub;
+            /* each factor once per pair (the same expressions, so the same values) */
+            double f1v[p->nZeta * p->nShfZ], f2v[p->nEtaA * p->nShfA];
+            for (int32_t z = 0; z < p->nZeta; z++)
+                for (int32_t sz = 0; sz < p->nShfZ; sz++)
+                    f1v[z * p->nShfZ + sz] = pow(0.5 * (1 + cos(theta - p->ShfZ[sz])), p->Zeta[z]);
+            for (int32_t ea = 0; ea < p->nEtaA; ea++)
+                for (int32_t sa = 0; sa < p->nShfA; sa++) {
+                    double x = avg - p->ShfA[sa];
+                    f2v[ea * p->nShfA + sa] = exp(-p->EtaA[ea] * x * x);
+                }
             int32_t t = 0;
             for (int32_t ea = 0; ea < p->nEtaA; ea++)
                 for (int32_t z = 0; z < p->nZeta; z++)
                     for (int32_t sa = 0; sa < p->nShfA; sa++) {
-                        double x = avg - p->ShfA[sa];
-                        double f2 = exp(-p->EtaA[ea] * x * x);
-                        for (int32_t sz = 0; sz < p->nShfZ; sz++, t++) {
-                            double f1 = pow(0.5 * (1 + cos(theta - p->ShfZ[sz])), p->Zeta[z]);
-                            out[t] += 2 * f1 * f2 * fcjk;
-                        }
+                        const double f2 = f2v[ea * p->nShfA + sa];
+                        for (int32_t sz = 0; sz < p->nShfZ; sz++, t++) out[t] += 2 * f1v[z * p->nShfZ + sz] * f2 * fcjk;
                     }
         }
     }
@@ -116,17 +122,28 @@ static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp
             const double* ga = g + ani->radial_length +
                                ani->pair_index[plan->elements[nb[a].j]][plan->elements[nb[b].j]] * ani->angular_sub;
             double s_theta = 0, s_dj = 0, s_dk = 0;
+            /* each factor once per pair (the same expressions, so the same values) */
+            double f1v[p->nZeta * p->nShfZ], df1v[p->nZeta * p->nShfZ], f2v[p->nEtaA * p->nShfA], df2v[p->nEtaA * p->nShfA];
+            for (int32_t z = 0; z < p->nZeta; z++)
+                for (int32_t sz = 0; sz < p->nShfZ; sz++) {
+                    double base = 0.5 * (1 + cos(theta - p->ShfZ[sz]));
+                    f1v[z * p->nShfZ + sz] = pow(base, p->Zeta[z]);
+                    df1v[z * p->nShfZ + sz] = p->Zeta[z] * pow(base, p->Zeta[z] - 1) * (-0.5 * sin(theta - p->ShfZ[sz]));
+                }
+            for (int32_t ea = 0; ea < p->nEtaA; ea++)
+                for (int32_t sa = 0; sa < p->nShfA; sa++) {
+                    double x = avg - p->ShfA[sa];
+                    double f2 = exp(-p->EtaA[ea] * x * x);
+                    f2v[ea * p->nShfA + sa] = f2;
+                    df2v[ea * p->nShfA + sa] = f2 * (-2 * p->EtaA[ea] * x) * 0.5; /* d f2 / d dj = d f2 / d dk */
+                }
             int32_t t = 0;
             for (int32_t ea = 0; ea < p->nEtaA; ea++)
                 for (int32_t z = 0; z < p->nZeta; z++)
                     for (int32_t sa = 0; sa < p->nShfA; sa++) {
-                        double x = avg - p->ShfA[sa];
-                        double f2 = exp(-p->EtaA[ea] * x * x);
-                        double df2 = f2 * (-2 * p->EtaA[ea] * x) * 0.5; /* d f2 / d dj = d f2 / d dk */
+                        const double f2 = f2v[ea * p->nShfA + sa], df2 = df2v[ea * p->nShfA + sa];
                         for (int32_t sz = 0; sz < p->nShfZ; sz++, t++) {
-                            double base = 0.5 * (1 + cos(theta - p->ShfZ[sz]));
-                            double f1 = pow(base, p->Zeta[z]);
-                            double df1 = p->Zeta[z] * pow(base, p->Zeta[z] - 1) * (-0.5 * sin(theta - p->ShfZ[sz]));
+                            const double f1 = f1v[z * p->nShfZ + sz], df1 = df1v[z * p->nShfZ + sz];
                             double w = ga[t];
                             s_theta += w * 2 * df1 * f2 * fj * fk;
                             s_dj += w * 2 * f1 * (df2 * fj * fk + f2 * dfj * fk);
