@@ -243,6 +243,7 @@ static void network_backward(const nnp_network* net, workspace* ws, int32_t n, d
 /* The same two passes in float32 (the plan's CPU precision single): float32 activations and sums,
    the inner loops over the chunk's atoms on SIMD; compiled for AVX-512, AVX2 and the baseline, one
    picked at run time by the CPU's features. Outputs and dE/dAEV leave in double. */
+#define FW 8 /* float32 networks: outputs per register block */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
 #define NNP_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -264,7 +265,27 @@ static void network_forward_f(const nnp_network* net, workspace* ws, int32_t n, 
         const float* x = ws->actf[l];
         float* z = ws->pref[l];
         float* y = ws->actf[l + 1];
-        for (int32_t o = 0; o < layer->n_out; o++) {
+        /* FW outputs at a time (independent accumulators in registers); each output's sum still runs
+           over k in order */
+        int32_t o = 0;
+        for (; o + FW <= layer->n_out; o += FW) {
+            float acc[FW][CHUNK];
+            for (int j = 0; j < FW; j++)
+                for (int32_t a = 0; a < CHUNK; a++) acc[j][a] = layer->biases[o + j];
+            const float* w = layer->weights + (size_t)o * layer->n_in;
+            for (int32_t k = 0; k < layer->n_in; k++) {
+                const float* xk = x + (size_t)k * CHUNK;
+                for (int j = 0; j < FW; j++) {
+                    const float wk = w[(size_t)j * layer->n_in + k];
+                    for (int32_t a = 0; a < CHUNK; a++) acc[j][a] += wk * xk[a];
+                }
+            }
+            for (int j = 0; j < FW; j++) {
+                memcpy(z + (size_t)(o + j) * CHUNK, acc[j], sizeof acc[j]);
+                for (int32_t a = 0; a < n; a++) y[(size_t)(o + j) * CHUNK + a] = activate_f(layer->activation, acc[j][a]);
+            }
+        }
+        for (; o < layer->n_out; o++) {
             const float* w = layer->weights + (size_t)o * layer->n_in;
             float* zo = z + (size_t)o * CHUNK;
             for (int32_t a = 0; a < CHUNK; a++) zo[a] = layer->biases[o];
@@ -289,15 +310,26 @@ static void network_backward_f(const nnp_network* net, workspace* ws, int32_t n,
         const float* z = ws->pref[l];
         float* gin = l == 0 ? daev : h;
         if (l > 0) memset(gin, 0, (size_t)layer->n_in * CHUNK * sizeof(float));
-        for (int32_t o = 0; o < layer->n_out; o++) {
+        /* FW outputs' deltas at a time: one pass over gin per FW outputs instead of per output */
+        int32_t o = 0;
+        for (; o < layer->n_out; o += FW) {
+            const int m = layer->n_out - o < FW ? layer->n_out - o : FW;
+            float delta[FW][CHUNK];
+            for (int j = 0; j < FW; j++)
+                for (int32_t a = 0; a < CHUNK; a++)
+                    delta[j][a] = j < m && a < n ? g[(size_t)(o + j) * CHUNK + a] *
+                                                       activate_deriv_f(layer->activation, z[(size_t)(o + j) * CHUNK + a])
+                                                 : 0.f;
             const float* w = layer->weights + (size_t)o * layer->n_in;
-            float delta[CHUNK];
-            for (int32_t a = 0; a < CHUNK; a++)
-                delta[a] = a < n ? g[(size_t)o * CHUNK + a] * activate_deriv_f(layer->activation, z[(size_t)o * CHUNK + a]) : 0.f;
             for (int32_t k = 0; k < layer->n_in; k++) {
-                const float wk = w[k];
+                float wk[FW];
+                for (int j = 0; j < FW; j++) wk[j] = j < m ? w[(size_t)j * layer->n_in + k] : 0.f;
                 float* gk = gin + (size_t)k * CHUNK;
-                for (int32_t a = 0; a < CHUNK; a++) gk[a] += delta[a] * wk;
+                for (int32_t a = 0; a < CHUNK; a++) {
+                    float s = gk[a];
+                    for (int j = 0; j < FW; j++) s += delta[j][a] * wk[j];
+                    gk[a] = s;
+                }
             }
         }
         float* t = g;
