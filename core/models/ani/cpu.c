@@ -281,6 +281,28 @@ static inline float activate_deriv_from_output_f(int32_t kind, float y) {
     return 1.f;
 }
 
+/* Outputs o .. o + width - 1 of a float32 layer for a chunk: pre-activations into z, activations into
+   y; each output's sum runs over k in order. Always inlined with a constant width, so that the
+   accumulators stay in registers. */
+static inline __attribute__((always_inline)) void dense_block_f(const nnp_layer* layer, const float* x, float* z, float* y,
+                                                                int32_t o, const int width) {
+    float acc[FW][CHUNK];
+    for (int j = 0; j < width; j++)
+        for (int32_t a = 0; a < CHUNK; a++) acc[j][a] = layer->biases[o + j];
+    const float* w = layer->weights + (size_t)o * layer->n_in;
+    for (int32_t k = 0; k < layer->n_in; k++) {
+        const float* xk = x + (size_t)k * CHUNK;
+        for (int j = 0; j < width; j++) {
+            const float wk = w[(size_t)j * layer->n_in + k];
+            for (int32_t a = 0; a < CHUNK; a++) acc[j][a] += wk * xk[a];
+        }
+    }
+    for (int j = 0; j < width; j++) {
+        memcpy(z + (size_t)(o + j) * CHUNK, acc[j], sizeof acc[j]);
+        for (int32_t a = 0; a < CHUNK; a++) y[(size_t)(o + j) * CHUNK + a] = activate_f(layer->activation, acc[j][a]);
+    }
+}
+
 NNP_SIMD_CLONES
 static void network_forward_f(const nnp_network* net, workspace* ws, int32_t n, double* out) {
     for (int32_t l = 0; l < net->n_layers; l++) {
@@ -288,37 +310,10 @@ static void network_forward_f(const nnp_network* net, workspace* ws, int32_t n, 
         const float* x = ws->actf[l];
         float* z = ws->pref[l];
         float* y = ws->actf[l + 1];
-        /* FW outputs at a time (independent accumulators in registers); each output's sum still runs
-           over k in order */
+        /* FW outputs at a time (independent accumulators in registers), the rest one by one */
         int32_t o = 0;
-        for (; o + FW <= layer->n_out; o += FW) {
-            float acc[FW][CHUNK];
-            for (int j = 0; j < FW; j++)
-                for (int32_t a = 0; a < CHUNK; a++) acc[j][a] = layer->biases[o + j];
-            const float* w = layer->weights + (size_t)o * layer->n_in;
-            for (int32_t k = 0; k < layer->n_in; k++) {
-                const float* xk = x + (size_t)k * CHUNK;
-                for (int j = 0; j < FW; j++) {
-                    const float wk = w[(size_t)j * layer->n_in + k];
-                    for (int32_t a = 0; a < CHUNK; a++) acc[j][a] += wk * xk[a];
-                }
-            }
-            for (int j = 0; j < FW; j++) {
-                memcpy(z + (size_t)(o + j) * CHUNK, acc[j], sizeof acc[j]);
-                for (int32_t a = 0; a < CHUNK; a++) y[(size_t)(o + j) * CHUNK + a] = activate_f(layer->activation, acc[j][a]);
-            }
-        }
-        for (; o < layer->n_out; o++) {
-            const float* w = layer->weights + (size_t)o * layer->n_in;
-            float* zo = z + (size_t)o * CHUNK;
-            for (int32_t a = 0; a < CHUNK; a++) zo[a] = layer->biases[o];
-            for (int32_t k = 0; k < layer->n_in; k++) {
-                const float wk = w[k];
-                const float* xk = x + (size_t)k * CHUNK;
-                for (int32_t a = 0; a < CHUNK; a++) zo[a] += wk * xk[a];
-            }
-            for (int32_t a = 0; a < CHUNK; a++) y[(size_t)o * CHUNK + a] = activate_f(layer->activation, zo[a]);
-        }
+        for (; o + FW <= layer->n_out; o += FW) dense_block_f(layer, x, z, y, o, FW);
+        for (; o < layer->n_out; o++) dense_block_f(layer, x, z, y, o, 1);
     }
     for (int32_t a = 0; a < n; a++) out[a] = ws->actf[net->n_layers][a];
 }
