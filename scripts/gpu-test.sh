@@ -189,7 +189,7 @@ for step in "${steps[@]}"; do
     # Per-kernel GPU times (Nsight Compute, gpu__time_duration) of bench_nnp at each of BENCH_SIZES
     # (default 1): KERNEL_COUNT launches after KERNEL_SKIP, averaged by kernel name; BENCH_MODEL: another model.
     for n in ${BENCH_SIZES:-1}; do
-      OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout "${KERNEL_TIMEOUT:-300}" ncu --clock-control none --metrics gpu__time_duration.sum \
+      OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout "${KERNEL_TIMEOUT:-300}" ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
         --launch-skip "${KERNEL_SKIP:-300}" --launch-count "${KERNEL_COUNT:-100}" --csv \
         "$root/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_MODEL:+--model=$BENCH_MODEL} "$n" > "$out/kernels-$n.csv" 2> "$out/kernels-$n.err"
       echo "ncu kernels, $n molecule(s): exit $?"

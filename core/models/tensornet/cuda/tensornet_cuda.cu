@@ -10,18 +10,23 @@
  *               model's length unit; non-finite coordinates flagged
  *   neighbours  one warp per atom: the atoms of its batch within the cutoff, in index order
  *               (ballot compaction), minimum image; capacity and coincident atoms flagged
- *   per member: embedding (k_tn_z, k_tn_embed), each interaction layer (k_tn_layer_a: Y;
- *               k_tn_layer_b: messages, the product, the update), the output (k_tn_out: energy per
- *               atom, and dE/dX), then with forces the layers backward (k_tn_b1: dE/dM, dE/dY and
- *               each edge's radial filter and dE/dd; k_tn_b2: dE/dX of the layer's input by
- *               gathering over the edges, no atomics), the embedding backward (k_tn_embed_back: dE/dd,
- *               dE/du of every edge) and the forces (k_tn_edge_forces, k_tn_gather: per atom, in
- *               double, no atomics), then once the forces to the caller (k_tn_forces_out)
+ *   per member: the embedding (k_tn_embed: edge sum, parts, norm MLP; the channel linear elt;
+ *               k_tn_x0), each interaction layer (its first channel linear: Y; k_tn_layer_b:
+ *               messages, the product; its second channel linear; k_tn_update), the output
+ *               (k_tn_out: energy per atom, and dE/dX), then with forces the layers backward
+ *               (k_tn_bt; per layer the second linear's backward, k_tn_b1: dE/dM, dE/dY, each edge's
+ *               dE/dd; k_tn_b2: dE/dY gathered over the edges, no atomics; the first linear's
+ *               backward; k_tn_bx: dE/dX of the layer's input), the embedding backward (k_tn_eb1,
+ *               elt's backward, k_tn_eb2: dE/dd, dE/du of every edge) and the forces
+ *               (k_tn_edge_forces, k_tn_gather: per atom, in double, no atomics), then once the
+ *               forces to the caller (k_tn_forces_out)
  *   finish      per-batch energies in a fixed order, the total, error flags to mapped host memory
- * Per-atom kernels run one block of TN_THREADS threads per atom, threads over the F channels; the
- * channel mixing (linears) goes through shared memory. Every sum is formed in a fixed order, so the
- * same inputs give the same bits. Inside stream capture nothing is
- * allocated, copied from the host, synchronised or loaded.
+ * The channel linears (W_I, W_A, W_S on the irreducible parts) are GEMMs over all atoms (k_tn_chan);
+ * the per-atom kernels run one block of TN_THREADS threads per atom, threads over the F channels,
+ * each thread summing its channels over the edges in registers; the per-channel steps between two
+ * linears run one thread per atom channel. Every sum is formed in a fixed order, so the same inputs
+ * give the same bits. Inside stream capture nothing is allocated, copied from the host,
+ * synchronised or loaded.
  */
 #include "../../../cuda/positions.cuh"
 #include "../tensornet.h"
@@ -34,6 +39,10 @@
 #define TN_NBR_WARPS 4             /* atoms per block of the neighbour search */
 #define TN_CUDA_MAX_NEIGHBORS 1024 /* neighbour slots per atom at most */
 #define TN_TABLE_POINTS 2048       /* float32: grid points of the radial tables over [d0, cutoff_upper] (see RadialTable) */
+#define TN_GEMM_K 32               /* k_tn_chan: the reduction's chunk through shared memory (a multiple of 4) */
+#define TN_GEMM_WIDE_ATOMS 2048    /* k_tn_chan: from this many atoms, 8 atoms per block (2 per warp), else 4 */
+#define TN_EDGE_CHUNK 64           /* per-edge block sums gathered per chunk of this many edges */
+#define TN_EW_THREADS 128          /* threads per block of the per-channel kernels */
 
 #define TN_NI 10 /* irreducible components per channel: I (1), A (3), S (6) */
 __device__ __constant__ int tn_part_d[TN_NI] = {0, 1, 1, 1, 2, 2, 2, 2, 2, 2};
@@ -59,6 +68,7 @@ template <typename real> struct TnNet {
     Lin<real> emb2, dp[3], elt[3], els[2], linear, head[TN_MAX_HEAD];
     int wide; /* the widest of 3F and the head's widths */
     const real* emb_table; /* float32: the embedding's radial factors (RadialTable), else NULL */
+    const real *zp, *zq;   /* max_z × F each: the embedding pair's two halves per element (k_tn_z) */
 };
 template <typename real> struct TnLayer {
     Lin<real> lls[3], llt[6];
@@ -127,7 +137,9 @@ template <typename real> struct TnBuf {
     const int *z, *nbr_n, *nbr_j;
     const nnp_double4* nbr_r; /* (r_j − r_i, d), in double whatever real is (see rbf_sh) */
     const real* cq;     /* 1 + 0.1 q of each atom's batch */
-    real *Zp, *Zq, *Xe, *X, *Yirr, *Mirr, *B, *dX, *gX, *gM, *gY, *fac, *gd, *gu;
+    real *Xe, *X, *Yirr, *Mirr, *B, *dX, *gX, *gM, *gY, *fac, *gd, *gu;
+    real *WT, *nrm, *h1, *h2, *xhat, *rstd, *gtn; /* the embedding's, kept for its backward pass */
+    real *S1, *S2; /* 10F per atom: a channel linear's input and output */
     double* atom_e;
 };
 
@@ -189,48 +201,6 @@ template <typename real> __device__ void lin_fwd(const Lin<real>& L, const real*
 /* gx = Wᵀ gy, one thread per input (gy: shared). The caller synchronises. */
 template <typename real> __device__ void lin_bwd(const Lin<real>& L, const real* gy, real* gx) {
     for (int k = threadIdx.x; k < L.n_in; k += TN_THREADS) gx[k] = dot_strided(L.w + k, (size_t)L.n_in, gy, L.n_out);
-}
-/* Channel linears on the irreducible parts, out[c] = W_part(c) T[c] (T: shared, 10F): one thread per
-   output channel f for all 10 components, so each of the three weights W_I, W_A, W_S[f][g] is loaded
-   once for the 1, 3 and 6 components it serves. */
-template <typename real> __device__ void chan_lin3(const Lin<real>* W, int F, const real* T, real* out) {
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real acc[TN_NI];
-#pragma unroll
-        for (int c = 0; c < TN_NI; c++) acc[c] = 0;
-        const real *wI = W[0].wt + f, *wA = W[1].wt + f, *wS = W[2].wt + f;
-#pragma unroll 4
-        for (int g = 0; g < F; g++) {
-            const real a = wI[(size_t)g * F], b = wA[(size_t)g * F], c = wS[(size_t)g * F];
-            acc[0] += a * T[g];
-#pragma unroll
-            for (int q = 1; q <= 3; q++) acc[q] += b * T[q * F + g];
-#pragma unroll
-            for (int q = 4; q < TN_NI; q++) acc[q] += c * T[q * F + g];
-        }
-#pragma unroll
-        for (int c = 0; c < TN_NI; c++) out[c * F + f] = acc[c];
-    }
-}
-/* gT[c] = W_part(c)ᵀ g[c] (g: shared, 10F), one thread per input channel k, likewise. */
-template <typename real> __device__ void chan_lin3_t(const Lin<real>* W, int F, const real* g, real* gT) {
-    for (int k = threadIdx.x; k < F; k += TN_THREADS) {
-        real acc[TN_NI];
-#pragma unroll
-        for (int c = 0; c < TN_NI; c++) acc[c] = 0;
-        const real *wI = W[0].w + k, *wA = W[1].w + k, *wS = W[2].w + k;
-#pragma unroll 4
-        for (int o = 0; o < F; o++) {
-            const real a = wI[(size_t)o * F], b = wA[(size_t)o * F], c = wS[(size_t)o * F];
-            acc[0] += a * g[o];
-#pragma unroll
-            for (int q = 1; q <= 3; q++) acc[q] += b * g[q * F + o];
-#pragma unroll
-            for (int q = 4; q < TN_NI; q++) acc[q] += c * g[q * F + o];
-        }
-#pragma unroll
-        for (int c = 0; c < TN_NI; c++) gT[c * F + k] = acc[c];
-    }
 }
 
 /* Channel f of a per-atom block of n components (layout c · F + f). */
@@ -561,153 +531,230 @@ __global__ void __launch_bounds__(32 * TN_NBR_WARPS)
     }
 }
 
-/* Z_ij = emb2(emb(z_i) ‖ emb(z_j)) split per atom: Zp_i = W_p e_i + b, Zq_j = W_q e_j. */
-template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_z(const TnNet<real> N, const TnBuf<real> b) {
+/*
+ * The channel linears of all atoms as one GEMM: out[a][c][o] = Σ_k in[a][c][k] M_p(c)[k][o] for the
+ * ten irreducible components c of every atom a (layout a · 10F + c · F + channel), p(c) = 0 (I),
+ * 1 (A), 2 (S), where M_p is the p-th weight's transpose (forward: out = W in) or the weight itself
+ * (backward: out = Wᵀ g), F × F row-major either way. A block computes 4 · AW atoms × 32 output
+ * channels: each warp AW atoms, each lane one output channel of all their 10 · AW components, so a
+ * weight read from shared memory serves 10 · AW products and the inputs are broadcast four k at a
+ * time. k runs in chunks of TN_GEMM_K through shared memory (zeros past F); every output is one sum
+ * in k order, so the same inputs give the same bits.
+ */
+template <typename real> struct ChanW {
+    const real* m[3];
+};
+template <typename real, int AW>
+__global__ void __launch_bounds__(128) k_tn_chan(const ChanW<real> W, int F, const real* __restrict__ in, real* __restrict__ out, int n) {
+    typedef typename real4_of<real>::type real4;
+    constexpr int GA = 4 * AW, K = TN_GEMM_K;
+    __shared__ __align__(16) real xs[GA * TN_NI * K];
+    __shared__ __align__(16) real ms[3 * K * 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int a0 = blockIdx.x * GA, o0 = blockIdx.y * 32;
+    const size_t F10 = (size_t)TN_NI * F;
+    real acc[AW][TN_NI];
+#pragma unroll
+    for (int a = 0; a < AW; a++)
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) acc[a][c] = 0;
+    for (int k0 = 0; k0 < F; k0 += K) {
+        __syncthreads(); /* the previous chunk has been read */
+        for (int q = threadIdx.x; q < GA * TN_NI * K; q += 128) {
+            const int row = q / K, k = k0 + q % K, a = a0 + row / TN_NI, c = row % TN_NI;
+            xs[q] = a < n && k < F ? in[(size_t)a * F10 + (size_t)c * F + k] : real(0);
+        }
+        for (int q = threadIdx.x; q < 3 * K * 32; q += 128) {
+            const int p = q / (K * 32), k = k0 + (q / 32) % K, o = o0 + q % 32;
+            const real* Mp = p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2]); /* no local copy of W */
+            ms[q] = k < F && o < F ? Mp[(size_t)k * F + o] : real(0);
+        }
+        __syncthreads();
+#pragma unroll 2
+        for (int k = 0; k < K; k += 4) {
+            real w[3][4];
+#pragma unroll
+            for (int p = 0; p < 3; p++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) w[p][j] = ms[(p * K + k + j) * 32 + lane];
+#pragma unroll
+            for (int a = 0; a < AW; a++)
+#pragma unroll
+                for (int c = 0; c < TN_NI; c++) {
+                    const real4 x = *(const real4*)(xs + ((warp * AW + a) * TN_NI + c) * K + k);
+                    const int p = c == 0 ? 0 : (c < 4 ? 1 : 2);
+                    real s = acc[a][c];
+                    s += w[p][0] * x.x;
+                    s += w[p][1] * x.y;
+                    s += w[p][2] * x.z;
+                    s += w[p][3] * x.w;
+                    acc[a][c] = s;
+                }
+        }
+    }
+    const int o = o0 + lane;
+    if (o >= F) return;
+#pragma unroll
+    for (int a = 0; a < AW; a++) {
+        const int at = a0 + warp * AW + a;
+        if (at >= n) continue;
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) out[(size_t)at * F10 + (size_t)c * F + o] = acc[a][c];
+    }
+}
+
+/* Z_ij = emb2(emb(z_i) ‖ emb(z_j)) split per element, once per plan (outside any evaluation):
+   zp_z = W_p e_z + b, zq_z = W_q e_z for every row z of the embedding; one block per row. */
+template <typename real>
+__global__ void __launch_bounds__(TN_THREADS) k_tn_z(const TnNet<real> N, real* __restrict__ zp, real* __restrict__ zq) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
     real* e = (real*)tn_smem;
-    const int i = blockIdx.x, F = N.F;
-    const real* row = N.emb + (size_t)b.z[i] * F;
+    const int z = blockIdx.x, F = N.F;
+    const real* row = N.emb + (size_t)z * F;
     for (int k = threadIdx.x; k < F; k += TN_THREADS) e[k] = row[k];
     __syncthreads();
     for (int o = threadIdx.x; o < F; o += TN_THREADS) {
         real p = N.emb2.b[o], q = 0;
         for (int k = 0; k < F; k++) p += N.emb2.wt[(size_t)k * F + o] * e[k], q += N.emb2.wt[(size_t)(F + k) * F + o] * e[k];
-        b.Zp[(size_t)i * F + o] = p, b.Zq[(size_t)i * F + o] = q;
+        zp[(size_t)z * F + o] = p, zq[(size_t)z * F + o] = q;
     }
 }
 
-/* The embedding's per-atom part (block): from Xe (shared, 9F) to X (global, 9F; NULL: not
-   written), keeping T 10F, xhat F, h1 2F, h2 3F, nrm 3F, WT 10F and rstd for the backward pass. */
-template <typename real> struct EmbedKeep {
-    real *T, *xhat, *h1, *h2, *nrm, *WT, *work, *red;
-    real rstd;
-};
-template <typename real> __device__ void embed_atom(const TnNet<real>& N, const real* Xe, real* X, EmbedKeep<real>& k) {
-    const int F = N.F;
-    real part = 0;
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real m[9], t[TN_NI];
-        ld(Xe, F, f, m);
-        decompose(m, t);
-        st(k.T, F, f, t);
-        real s = 0;
-        for (int c = 0; c < 9; c++) s += m[c] * m[c];
-        k.xhat[f] = s; /* |Xe|² first, normalised below */
-        part += s;
-    }
-    const real mean = block_sum(part, k.red) / real(F);
-    part = 0;
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) part += (k.xhat[f] - mean) * (k.xhat[f] - mean);
-    const real var = block_sum(part, k.red) / real(F);
-    const real r = real(1) / dsqrt(var + real(TN_LN_EPS));
-    k.rstd = r;
-    real* ln = k.work;
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        k.xhat[f] = (k.xhat[f] - mean) * r;
-        ln[f] = k.xhat[f] * N.init_w[f] + N.init_b[f];
-    }
-    __syncthreads();
-    lin_fwd(N.els[0], ln, k.h1);
-    __syncthreads();
-    real* a = k.work;
-    for (int q = threadIdx.x; q < 2 * F; q += TN_THREADS) a[q] = silu(k.h1[q]);
-    __syncthreads();
-    lin_fwd(N.els[1], a, k.h2);
-    __syncthreads();
-    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) k.nrm[q] = silu(k.h2[q]);
-    chan_lin3(N.elt, F, k.T, k.WT);
-    __syncthreads();
-    if (X == NULL) return;
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real t[TN_NI], m[9];
-        for (int c = 0; c < TN_NI; c++) t[c] = k.nrm[tn_part_d[c] * F + f] * k.WT[c * F + f];
-        compose(t, m);
-        st(X, F, f, m);
-    }
+/* One edge's term of the embedding, channel by channel: x += w₁ Id + skew(w₂ u) + w₃ (u uᵀ − |u|²/3 Id). */
+template <typename real> __device__ __forceinline__ void embed_edge(const real (&w)[3], const real (&u)[3], real (&x)[9]) {
+    const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
+    const real v0 = w[1] * u[0], v1 = w[1] * u[1], v2 = w[1] * u[2];
+    for (int r = 0; r < 3; r++)
+        for (int q = 0; q < 3; q++) x[r * 3 + q] += w[2] * u[r] * u[q];
+    const real diag = w[0] - w[2] * uu / real(3);
+    x[0] += diag, x[4] += diag, x[8] += diag;
+    x[1] -= v2, x[3] += v2;
+    x[2] += v1, x[6] -= v1;
+    x[5] -= v0, x[7] += v0;
+}
+/* The irreducible parts of X / (|X|² + 1), the input of a layer's first channel linear. */
+template <typename real> __device__ __forceinline__ void normalized_parts(const real (&m)[9], real (&t)[TN_NI]) {
+    const real nx = norm1(m);
+    real x[9];
+    for (int c = 0; c < 9; c++) x[c] = m[c] / nx;
+    decompose(x, t);
 }
 
-template <typename real> __device__ EmbedKeep<real> embed_keep(Arena<real>& A, int F, real* red) {
-    EmbedKeep<real> k;
-    k.T = A.take(10 * F), k.xhat = A.take(F), k.h1 = A.take(2 * F), k.h2 = A.take(3 * F), k.nrm = A.take(3 * F);
-    k.WT = A.take(10 * F), k.work = A.take(2 * F), k.red = red, k.rstd = 0;
-    return k;
-}
-
-/* The embedding: Xe_i = Σ_j w_1 Id + skew(w_2 u) + w_3 (u uᵀ − |u|²/3 Id), then embed_atom. */
+/* The embedding, atom i (block): Xe_i = Σ_j embed_edge over its edges (the self loop included);
+   the irreducible parts of Xe into S1 (for the channel linear elt), then the LayerNorm of |Xe|²
+   and the norm MLP nrm = SiLU(els₁ SiLU(els₀ ·)); kept for the backward pass: Xe, xhat, rstd, h1, h2. */
 template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embed(const TnNet<real> N, const TnBuf<real> b) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
     real* red = A.take(TN_THREADS / 32);
-    real* Xe = A.take(9 * F);
-    real* rb = A.take(N.R);
-    for (int q = threadIdx.x; q < 9 * F; q += TN_THREADS) Xe[q] = 0;
-    __syncthreads(); /* the edges below add per channel */
+    real *Xe = A.take(9 * F), *rb = A.take(N.R), *sq = A.take(F), *ln = A.take(F), *h1 = A.take(2 * F), *a = A.take(2 * F),
+         *h2 = A.take(3 * F);
     const int ns = 1 + b.nbr_n[i];
-    for (int s = 0; s < ns; s++) {
-        double d;
-        real u[3];
-        const int j = edge_geometry(b, i, s, &d, u);
-        if (s > 0 && !edge_on(N, d)) continue;
-        real c, dc;
-        cutoff_fn(N, d, &c, &dc);
-        if (c == 0) continue;
-        const RadialPoint rp = radial_point(N, d);
-        if (N.emb_table == NULL) {
-            __syncthreads(); /* the previous edge's rb has been read */
+    const real* zpi = N.zp + (size_t)b.z[i] * F;
+    if (N.emb_table) { /* each thread its channels, summed in registers; the table is 0 where C(d) is */
+        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+            real x[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+            const real zp = zpi[f];
+            for (int s = 0; s < ns; s++) {
+                double d;
+                real u[3];
+                const int j = edge_geometry(b, i, s, &d, u);
+                if (s > 0 && !edge_on(N, d)) continue;
+                const RadialPoint rp = radial_point(N, d);
+                const real zij = zp + N.zq[(size_t)b.z[j] * F + f];
+                real w[3];
+                for (int q = 0; q < 3; q++) w[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, (real*)NULL) * zij;
+                embed_edge(w, u, x);
+            }
+            st(Xe, F, f, x);
+        }
+    } else {
+        for (int q = threadIdx.x; q < 9 * F; q += TN_THREADS) Xe[q] = 0;
+        for (int s = 0; s < ns; s++) {
+            double d;
+            real u[3];
+            const int j = edge_geometry(b, i, s, &d, u);
+            if (s > 0 && !edge_on(N, d)) continue;
+            real c, dc;
+            cutoff_fn(N, d, &c, &dc);
+            if (c == 0) continue;
+            __syncthreads(); /* the previous edge's rb has been read (and Xe cleared) */
             rbf_sh(N, d, rb, (real*)NULL);
             __syncthreads();
-        }
-        const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
-        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-            const real zij = b.Zp[(size_t)i * F + f] + b.Zq[(size_t)j * F + f];
-            real w[3];
-            for (int q = 0; q < 3; q++) {
-                if (N.emb_table) {
-                    w[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, (real*)NULL) * zij;
-                    continue;
+            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                const real zij = zpi[f] + N.zq[(size_t)b.z[j] * F + f];
+                real w[3], x[9];
+                for (int q = 0; q < 3; q++) {
+                    const Lin<real>& L = N.dp[q];
+                    real s2 = L.b[f];
+                    for (int r = 0; r < N.R; r++) s2 += L.wt[(size_t)r * F + f] * rb[r];
+                    w[q] = s2 * c * zij;
                 }
-                const Lin<real>& L = N.dp[q];
-                real s2 = L.b[f];
-                for (int r = 0; r < N.R; r++) s2 += L.wt[(size_t)r * F + f] * rb[r];
-                w[q] = s2 * c * zij;
+                ld(Xe, F, f, x);
+                embed_edge(w, u, x);
+                st(Xe, F, f, x);
             }
-            const real v0 = w[1] * u[0], v1 = w[1] * u[1], v2 = w[1] * u[2];
-            for (int r = 0; r < 3; r++)
-                for (int q = 0; q < 3; q++) Xe[(r * 3 + q) * F + f] += w[2] * u[r] * u[q];
-            const real diag = w[0] - w[2] * uu / real(3);
-            Xe[0 * F + f] += diag, Xe[4 * F + f] += diag, Xe[8 * F + f] += diag;
-            Xe[1 * F + f] -= v2, Xe[3 * F + f] += v2;
-            Xe[2 * F + f] += v1, Xe[6 * F + f] -= v1;
-            Xe[5 * F + f] -= v0, Xe[7 * F + f] += v0;
         }
     }
     __syncthreads();
-    for (int q = threadIdx.x; q < 9 * F; q += TN_THREADS) b.Xe[(size_t)i * 9 * F + q] = Xe[q];
-    EmbedKeep<real> k = embed_keep(A, F, red);
-    embed_atom(N, Xe, b.X + (size_t)i * 9 * F, k);
-}
-
-/* Layer part A: Y = W₀(I) + W₁(A) + W₂(S) of X / (|X|² + 1). */
-template <typename real>
-__global__ void __launch_bounds__(TN_THREADS) k_tn_layer_a(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
-    extern __shared__ __align__(16) unsigned char tn_smem[];
-    real* T = (real*)tn_smem;
-    const int i = blockIdx.x, F = N.F;
-    const size_t at = (size_t)l * b.n + i;
+    real part = 0;
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         real m[9], t[TN_NI];
-        ld(b.X + at * 9 * F, F, f, m);
-        const real nx = norm1(m);
-        for (int c = 0; c < 9; c++) m[c] /= nx;
+        ld(Xe, F, f, m);
+        st(b.Xe + (size_t)i * 9 * F, F, f, m);
         decompose(m, t);
-        st(T, F, f, t);
+        st(b.S1 + (size_t)i * TN_NI * F, F, f, t);
+        real s = 0;
+        for (int c = 0; c < 9; c++) s += m[c] * m[c];
+        sq[f] = s;
+        part += s;
+    }
+    const real mean = block_sum(part, red) / real(F);
+    part = 0;
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) part += (sq[f] - mean) * (sq[f] - mean);
+    const real var = block_sum(part, red) / real(F);
+    const real r = real(1) / dsqrt(var + real(TN_LN_EPS));
+    if (threadIdx.x == 0) b.rstd[i] = r;
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        const real xh = (sq[f] - mean) * r;
+        b.xhat[(size_t)i * F + f] = xh;
+        ln[f] = xh * N.init_w[f] + N.init_b[f];
     }
     __syncthreads();
-    chan_lin3(Ly.llt, F, T, b.Yirr + at * TN_NI * F);
+    lin_fwd(N.els[0], ln, h1);
+    __syncthreads();
+    for (int q = threadIdx.x; q < 2 * F; q += TN_THREADS) {
+        a[q] = silu(h1[q]);
+        b.h1[(size_t)i * 2 * F + q] = h1[q];
+    }
+    __syncthreads();
+    lin_fwd(N.els[1], a, h2);
+    __syncthreads();
+    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
+        b.h2[(size_t)i * 3 * F + q] = h2[q];
+        b.nrm[(size_t)i * 3 * F + q] = silu(h2[q]);
+    }
 }
 
-/* Layer part B: messages M_i = Σ_j f(d_ij) ⊙ Y_j, the product with Y_i, the update of X. */
+/* X⁰ = compose(nrm_p(c) · WT_c) (WT: the channel linear elt of the embedding's parts), and the first
+   layer's input parts into S1. One thread per atom channel. */
+template <typename real> __global__ void k_tn_x0(const TnNet<real> N, const TnBuf<real> b) {
+    const int F = N.F;
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= (size_t)b.n * F) return;
+    const int i = (int)(q / F), f = (int)(q % F);
+    real t[TN_NI], m[9];
+    for (int c = 0; c < TN_NI; c++) t[c] = b.nrm[(size_t)i * 3 * F + tn_part_d[c] * F + f] * b.WT[(size_t)i * TN_NI * F + c * F + f];
+    compose(t, m);
+    st(b.X + (size_t)i * 9 * F, F, f, m);
+    normalized_parts(m, t);
+    st(b.S1 + (size_t)i * TN_NI * F, F, f, t);
+}
+
+/* Layer l, atom i (block), after its first channel linear (Y in Yirr): messages M_i = Σ_j f(d_ij) ⊙
+   Y_j, the product B = cq (M Y + Y M) (O(3)) or 2 Y M (SO(3)), and the parts of B / (|B|² + 1)
+   into S1 for the second channel linear. */
 template <typename real>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
@@ -715,35 +762,44 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
     const int i = blockIdx.x, F = N.F;
     const size_t at = (size_t)l * b.n + i, F10 = (size_t)TN_NI * F;
     real *Mi = A.take(F10), *rb = A.take(N.R), *h1 = A.take(F), *h2 = A.take(2 * F), *h3 = A.take(3 * F), *a = A.take(2 * F),
-         *fac = A.take(3 * F), *T = A.take(F10);
-    for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) Mi[q] = 0;
-    __syncthreads(); /* the edges below add per channel */
+         *fac = A.take(3 * F);
     const int ns = 1 + b.nbr_n[i];
-    for (int s = 0; s < ns; s++) {
-        double d;
-        real u[3];
-        const int j = edge_geometry(b, i, s, &d, u);
-        if (s > 0 && !edge_on(N, d)) continue;
-        const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
-        if (Ly.table) { /* each thread its channels' factors: no barrier */
-            const RadialPoint rp = radial_point(N, d);
-            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+    if (Ly.table) { /* each thread its channels, summed in registers */
+        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+            real m[TN_NI];
+            for (int c = 0; c < TN_NI; c++) m[c] = 0;
+            for (int s = 0; s < ns; s++) {
+                double d;
+                real u[3];
+                const int j = edge_geometry(b, i, s, &d, u);
+                if (s > 0 && !edge_on(N, d)) continue;
+                const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
+                const RadialPoint rp = radial_point(N, d);
                 real fq[3];
                 for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (real*)NULL);
-                for (int c = 0; c < TN_NI; c++) Mi[c * F + f] += fq[tn_part_d[c]] * Yj[c * F + f];
+                for (int c = 0; c < TN_NI; c++) m[c] += fq[tn_part_d[c]] * Yj[c * F + f];
             }
-            continue;
+            st(Mi, F, f, m);
         }
-        __syncthreads(); /* the previous edge's fac has been read */
-        edge_mlp(N, Ly, d, rb, (real*)NULL, h1, h2, h3, a, fac);
-        __syncthreads();
-        for (int f = threadIdx.x; f < F; f += TN_THREADS)
-            for (int c = 0; c < TN_NI; c++) Mi[c * F + f] += fac[tn_part_d[c] * F + f] * Yj[c * F + f];
+    } else {
+        for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) Mi[q] = 0;
+        for (int s = 0; s < ns; s++) {
+            double d;
+            real u[3];
+            const int j = edge_geometry(b, i, s, &d, u);
+            if (s > 0 && !edge_on(N, d)) continue;
+            const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
+            __syncthreads(); /* the previous edge's fac has been read (and Mi cleared) */
+            edge_mlp(N, Ly, d, rb, (real*)NULL, h1, h2, h3, a, fac);
+            __syncthreads();
+            for (int f = threadIdx.x; f < F; f += TN_THREADS)
+                for (int c = 0; c < TN_NI; c++) Mi[c * F + f] += fac[tn_part_d[c] * F + f] * Yj[c * F + f];
+        }
     }
     __syncthreads();
     const real cq = b.cq[i];
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real mt[TN_NI], yt[TN_NI], msg[9], Y[9], B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        real mt[TN_NI], yt[TN_NI], msg[9], Y[9], B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, t[TN_NI];
         ld(Mi, F, f, mt);
         st(b.Mirr + at * F10, F, f, mt);
         ld(b.Yirr + at * F10, F, f, yt);
@@ -756,26 +812,33 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
             mm_add(real(2), Y, msg, B);
         }
         st(b.B + at * 9 * F, F, f, B);
-        const real nb = norm1(B);
-        real Cn[9], t[TN_NI];
-        for (int c = 0; c < 9; c++) Cn[c] = B[c] / nb;
-        decompose(Cn, t);
-        st(T, F, f, t);
+        normalized_parts(B, t);
+        st(b.S1 + (size_t)i * F10, F, f, t);
     }
-    __syncthreads();
-    chan_lin3(Ly.llt + 3, F, T, Mi); /* D, irreducible parts (Mi is free) */
-    __syncthreads();
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real Dt[TN_NI], dX[9], X[9];
-        ld(Mi, F, f, Dt);
-        compose(Dt, dX);
-        st(b.dX + at * 9 * F, F, f, dX);
-        ld(b.X + at * 9 * F, F, f, X);
-        const real nx = norm1(X);
-        real Xo[9];
-        for (int c = 0; c < 9; c++) Xo[c] = X[c] / nx + dX[c];
-        mm_add(cq, dX, dX, Xo);
-        st(b.X + ((size_t)(l + 1) * b.n + i) * 9 * F, F, f, Xo);
+}
+
+/* Layer l's update, after its second channel linear (D's parts in S2): dX = compose(D), X^{l+1} =
+   X^l / (|X^l|² + 1) + dX + cq dX², and the next layer's input parts into S1. One thread per atom
+   channel. */
+template <typename real> __global__ void k_tn_update(const TnNet<real> N, const TnBuf<real> b, int l) {
+    const int F = N.F;
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= (size_t)b.n * F) return;
+    const int i = (int)(q / F), f = (int)(q % F);
+    const size_t at = (size_t)l * b.n + i;
+    real Dt[TN_NI], dX[9], X[9], Xo[9];
+    ld(b.S2 + (size_t)i * TN_NI * F, F, f, Dt);
+    compose(Dt, dX);
+    st(b.dX + at * 9 * F, F, f, dX);
+    ld(b.X + at * 9 * F, F, f, X);
+    const real nx = norm1(X);
+    for (int c = 0; c < 9; c++) Xo[c] = X[c] / nx + dX[c];
+    mm_add(b.cq[i], dX, dX, Xo);
+    st(b.X + ((size_t)(l + 1) * b.n + i) * 9 * F, F, f, Xo);
+    if (l + 1 < N.L) {
+        real t[TN_NI];
+        normalized_parts(Xo, t);
+        st(b.S1 + (size_t)i * TN_NI * F, F, f, t);
     }
 }
 
@@ -876,8 +939,51 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_out(const TnNet<real> N, cons
     }
 }
 
-/* Layer backward part 1, atom i: from dE/dX_out (gX) to dE/dM_i (gM), the direct dE/dY_i (gY),
-   the radial filters of i's edges (fac) and dE/dd of i's edges (gd). */
+
+/* The parts of dE/d(dX) of layer l for its second channel linear, into S1, given dE/dX^{l+1}
+   (gXo) of channel f of atom i: X^{l+1} = ... + dX + cq dX² gives gXo + cq (gXo dXᵀ + dXᵀ gXo). */
+template <typename real>
+__device__ __forceinline__ void update_back(const TnBuf<real>& b, int F, int l, int i, int f, const real (&gXo)[9]) {
+    real dX[9], gdX[9], t[TN_NI];
+    ld(b.dX + ((size_t)l * b.n + i) * 9 * F, F, f, dX);
+    const real cq = b.cq[i];
+    for (int c = 0; c < 9; c++) gdX[c] = gXo[c];
+    mm_nt_add(cq, gXo, dX, gdX);
+    mm_tn_add(cq, dX, gXo, gdX);
+    compose_adj(gdX, t);
+    st(b.S1 + (size_t)i * TN_NI * F, F, f, t);
+}
+/* The last layer's update backward (from the output's dE/dX in gX). One thread per atom channel. */
+template <typename real> __global__ void k_tn_bt(const TnNet<real> N, const TnBuf<real> b, int l) {
+    const int F = N.F;
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= (size_t)b.n * F) return;
+    const int i = (int)(q / F), f = (int)(q % F);
+    real g[9];
+    ld(b.gX + (size_t)i * 9 * F, F, f, g);
+    update_back(b, F, l, i, f, g);
+}
+
+/* Per-edge sums over the block without a barrier per edge: each warp's part of edge s goes to
+   red[((s − s0) · K + k) · W + warp] (W = TN_THREADS / 32) for the edges of a chunk [s0, s0 +
+   TN_EDGE_CHUNK); edge_sum then adds the W parts in warp order. */
+template <typename real, int K> __device__ __forceinline__ void edge_part(real* red, int s, real (&v)[K]) {
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        real x = v[k];
+        for (int o = 16; o > 0; o >>= 1) x += __shfl_down_sync(0xffffffffu, x, o);
+        if ((threadIdx.x & 31) == 0) red[(s * K + k) * (TN_THREADS / 32) + (threadIdx.x >> 5)] = x;
+    }
+}
+template <typename real> __device__ __forceinline__ real edge_sum(const real* red, int s, int K, int k) {
+    real x = 0;
+    for (int w = 0; w < TN_THREADS / 32; w++) x += red[(s * K + k) * (TN_THREADS / 32) + w];
+    return x;
+}
+
+/* Layer backward part 1, atom i (block), after the second channel linear's backward (dE/dC's parts
+   in S2): dE/dM_i (gM), the direct dE/dY_i (gY), and dE/dd of i's edges (gd) through the radial
+   filter (float32: from the table; else the filter network, whose values go to fac for k_tn_b2). */
 template <typename real>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
@@ -885,25 +991,12 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
     const int i = blockIdx.x, F = N.F;
     const size_t at = (size_t)l * b.n + i, F10 = (size_t)TN_NI * F;
     real* red = A.take(TN_THREADS / 32);
-    real *t10 = A.take(F10), *gT = A.take(F10), *rb = A.take(N.R), *drb = A.take(N.R), *h1 = A.take(F), *h2 = A.take(2 * F),
-         *h3 = A.take(3 * F), *a = A.take(2 * F), *gfac = A.take(3 * F), *work = A.take(6 * F + N.R);
+    real *rb = A.take(N.R), *drb = A.take(N.R), *h1 = A.take(F), *h2 = A.take(2 * F), *h3 = A.take(3 * F), *a = A.take(2 * F),
+         *gfac = A.take(3 * F), *work = A.take(6 * F + N.R), *ered = A.take(TN_EDGE_CHUNK * (TN_THREADS / 32));
     const real cq = b.cq[i];
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real gXo[9], dX[9], gdX[9], t[TN_NI];
-        ld(b.gX + (size_t)i * 9 * F, F, f, gXo);
-        ld(b.dX + at * 9 * F, F, f, dX);
-        for (int c = 0; c < 9; c++) gdX[c] = gXo[c];
-        mm_nt_add(cq, gXo, dX, gdX);
-        mm_tn_add(cq, dX, gXo, gdX);
-        compose_adj(gdX, t);
-        st(t10, F, f, t);
-    }
-    __syncthreads();
-    chan_lin3_t(Ly.llt + 3, F, t10, gT);
-    __syncthreads();
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         real g[TN_NI], gCn[9], B[9], gB[9], mt[TN_NI], yt[TN_NI], msg[9], Y[9];
-        ld(gT, F, f, g);
+        ld(b.S2 + (size_t)i * F10, F, f, g);
         decompose_adj(g, gCn);
         ld(b.B + at * 9 * F, F, f, B);
         real nc = 1, dot = 0;
@@ -932,29 +1025,41 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
     const real* gMi = b.gM + (size_t)i * F10; /* each thread reads back only its own channels */
     const int ns = 1 + b.nbr_n[i];
     const size_t e0 = (size_t)i * (b.cap + 1);
+    if (Ly.table) { /* dE/dd = Σ dE/dfac · dfac/dd from the table; k_tn_b2 reads the factors there too */
+        for (int s0 = 1; s0 < ns; s0 += TN_EDGE_CHUNK) {
+            const int s1 = s0 + TN_EDGE_CHUNK < ns ? s0 + TN_EDGE_CHUNK : ns;
+            for (int s = s0; s < s1; s++) {
+                double d;
+                real u[3];
+                const int j = edge_geometry(b, i, s, &d, u);
+                real part[1] = {0};
+                if (edge_on(N, d)) {
+                    const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
+                    const RadialPoint rp = radial_point(N, d);
+                    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                        real g3[3] = {0, 0, 0};
+                        for (int c = 0; c < TN_NI; c++) g3[tn_part_d[c]] += gMi[c * F + f] * Yj[c * F + f];
+                        for (int q = 0; q < 3; q++) {
+                            real dv;
+                            radial_value(Ly.table, 3 * F, rp, q * F + f, &dv);
+                            part[0] += g3[q] * dv;
+                        }
+                    }
+                }
+                edge_part(ered, s - s0, part);
+            }
+            __syncthreads();
+            for (int s = s0 + threadIdx.x; s < s1; s += TN_THREADS) b.gd[e0 + s] += edge_sum(ered, s - s0, 1, 0);
+            __syncthreads(); /* ered is reused by the next chunk */
+        }
+        return;
+    }
     for (int s = 0; s < ns; s++) {
         double d;
         real u[3];
         const int j = edge_geometry(b, i, s, &d, u);
         if (s > 0 && !edge_on(N, d)) continue;
         const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
-        if (Ly.table) { /* dE/dd = Σ dE/dfac · dfac/dd from the table; k_tn_b2 reads the factors there too */
-            if (s == 0) continue;
-            const RadialPoint rp = radial_point(N, d);
-            real part = 0;
-            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-                real g3[3] = {0, 0, 0};
-                for (int c = 0; c < TN_NI; c++) g3[tn_part_d[c]] += gMi[c * F + f] * Yj[c * F + f];
-                for (int q = 0; q < 3; q++) {
-                    real dv;
-                    radial_value(Ly.table, 3 * F, rp, q * F + f, &dv);
-                    part += g3[q] * dv;
-                }
-            }
-            const real gd = block_sum(part, red);
-            if (threadIdx.x == 0) b.gd[e0 + s] += gd;
-            continue;
-        }
         real* fe = b.fac + (e0 + s) * 3 * F;
         __syncthreads();
         edge_mlp(N, Ly, d, rb, drb, h1, h2, h3, a, fe);
@@ -970,144 +1075,185 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
     }
 }
 
-/* Layer backward part 2, atom j: dE/dY_j from every message that read Y_j, then dE/dX_in. */
+/* Layer backward part 2, atom j (block): dE/dY_j = gY_j + Σ over the messages that read Y_j, into
+   S1 for the first channel linear's backward. */
 template <typename real>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
-    Arena<real> A = {(real*)tn_smem};
+    real* gYt = (real*)tn_smem;
     const int j = blockIdx.x, F = N.F;
-    const size_t at = (size_t)l * b.n + j, F10 = (size_t)TN_NI * F;
-    real *gYt = A.take(F10), *gT = A.take(F10);
-    for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) gYt[q] = b.gY[(size_t)j * F10 + q];
-    __syncthreads(); /* the table path below adds per channel, not per element */
+    const size_t F10 = (size_t)TN_NI * F;
     const int ns = 1 + b.nbr_n[j];
     const size_t e0 = (size_t)j * (b.cap + 1);
+    real* out = b.S1 + (size_t)j * F10;
+    if (Ly.table) { /* each thread its channels, in registers */
+        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+            real g[TN_NI];
+            ld(b.gY + (size_t)j * F10, F, f, g);
+            for (int s = 0; s < ns; s++) {
+                double d;
+                real u[3];
+                const int i = edge_geometry(b, j, s, &d, u);
+                if (s > 0 && !edge_on(N, d)) continue;
+                /* the filter of edge (j, i) equals that of (i, j): the same distance */
+                const real* gMi = b.gM + (size_t)i * F10;
+                const RadialPoint rp = radial_point(N, d);
+                real fq[3];
+                for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (real*)NULL);
+                for (int c = 0; c < TN_NI; c++) g[c] += fq[tn_part_d[c]] * gMi[c * F + f];
+            }
+            st(out, F, f, g);
+        }
+        return;
+    }
+    for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) gYt[q] = b.gY[(size_t)j * F10 + q];
     for (int s = 0; s < ns; s++) {
         double d;
         real u[3];
         const int i = edge_geometry(b, j, s, &d, u);
         if (s > 0 && !edge_on(N, d)) continue;
-        /* the filter of edge (j, i) equals that of (i, j): the same distance */
         const real* gMi = b.gM + (size_t)i * F10;
-        if (Ly.table) {
-            const RadialPoint rp = radial_point(N, d);
-            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-                real fq[3];
-                for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (real*)NULL);
-                for (int c = 0; c < TN_NI; c++) gYt[c * F + f] += fq[tn_part_d[c]] * gMi[c * F + f];
-            }
-            continue;
-        }
         const real* fe = b.fac + (e0 + s) * 3 * F;
         for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) {
             const int c = q / F, f = q - c * F;
             gYt[q] += fe[tn_part_d[c] * F + f] * gMi[q];
         }
     }
-    __syncthreads();
-    chan_lin3_t(Ly.llt, F, gYt, gT);
-    __syncthreads();
-    real* gX = b.gX + (size_t)j * 9 * F;
-    const real* X = b.X + at * 9 * F;
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real g[TN_NI], gXn[9], x[9], go[9];
-        ld(gT, F, f, g);
-        decompose_adj(g, gXn);
-        ld(X, F, f, x);
-        ld(gX, F, f, go);
-        real nx = 1, dot = 0;
-        for (int c = 0; c < 9; c++) {
-            gXn[c] += go[c]; /* Xout = Xn + ...: the direct path */
-            nx += x[c] * x[c];
-            dot += gXn[c] * x[c];
-        }
-        for (int c = 0; c < 9; c++) go[c] = gXn[c] / nx - real(2) * x[c] * dot / (nx * nx);
-        st(gX, F, f, go);
-    }
+    for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) out[q] = gYt[q];
 }
 
-/* Embedding backward, atom i: from dE/dX (gX) to dE/dd and dE/du of i's edges. */
-template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embed_back(const TnNet<real> N, const TnBuf<real> b) {
+/* After the first channel linear's backward (dE/dT's parts in S2), atom channel (j, f): dE/dX^l =
+   the adjoint of X / (|X|² + 1) applied to the parts' and the direct path's gradient, into gX; then
+   the update backward of layer l − 1 (update_back), if any. One thread per atom channel. */
+template <typename real> __global__ void k_tn_bx(const TnNet<real> N, const TnBuf<real> b, int l) {
+    const int F = N.F;
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= (size_t)b.n * F) return;
+    const int j = (int)(q / F), f = (int)(q % F);
+    real g[TN_NI], gXn[9], x[9], go[9];
+    ld(b.S2 + (size_t)j * TN_NI * F, F, f, g);
+    decompose_adj(g, gXn);
+    real* gX = b.gX + (size_t)j * 9 * F;
+    ld(b.X + ((size_t)l * b.n + j) * 9 * F, F, f, x);
+    ld(gX, F, f, go);
+    real nx = 1, dot = 0;
+    for (int c = 0; c < 9; c++) {
+        gXn[c] += go[c]; /* Xout = Xn + ...: the direct path */
+        nx += x[c] * x[c];
+        dot += gXn[c] * x[c];
+    }
+    for (int c = 0; c < 9; c++) go[c] = gXn[c] / nx - real(2) * x[c] * dot / (nx * nx);
+    st(gX, F, f, go);
+    if (l > 0) update_back(b, F, l - 1, j, f, go);
+}
+
+/* Embedding backward part 1, atom i (block): from dE/dX⁰ (gX) to dE/dWT's parts (into S1, for the
+   channel linear elt's backward) and, through the norm MLP and the LayerNorm, dE/d|Xe|² (gtn). */
+template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb1(const TnNet<real> N, const TnBuf<real> b) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
-    const int i = blockIdx.x, F = N.F, R = N.R;
+    const int i = blockIdx.x, F = N.F;
+    const size_t F10 = (size_t)TN_NI * F;
     real* red = A.take(TN_THREADS / 32);
-    real* Xe = A.take(9 * F);
-    for (int q = threadIdx.x; q < 9 * F; q += TN_THREADS) Xe[q] = b.Xe[(size_t)i * 9 * F + q];
-    __syncthreads();
-    EmbedKeep<real> k = embed_keep(A, F, red);
-    embed_atom(N, Xe, (real*)NULL, k);
-    real *gn = A.take(3 * F), *gWT = A.take(10 * F), *gT = A.take(10 * F), *g1 = A.take(2 * F), *gln = A.take(F), *gXe = A.take(9 * F),
-         *rb = A.take(R), *drb = A.take(R), *grb = A.take(R), *pk = A.take(3 * F), *gp = A.take(3 * F),
-         *red4 = A.take(4 * (TN_THREADS / 32));
+    real *gn = A.take(3 * F), *g1 = A.take(2 * F), *gln = A.take(F);
+    const real *WT = b.WT + (size_t)i * F10, *nrm = b.nrm + (size_t)i * 3 * F, *h1 = b.h1 + (size_t)i * 2 * F,
+               *h2 = b.h2 + (size_t)i * 3 * F, *xhat = b.xhat + (size_t)i * F;
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real m[9], gx[TN_NI];
+        real m[9], gx[TN_NI], gw[TN_NI];
         ld(b.gX + (size_t)i * 9 * F, F, f, m);
         compose_adj(m, gx);
         real g3[3] = {0, 0, 0};
         for (int c = 0; c < TN_NI; c++) {
             const int q = tn_part_d[c];
-            g3[q] += gx[c] * k.WT[c * F + f];
-            gWT[c * F + f] = k.nrm[q * F + f] * gx[c];
+            g3[q] += gx[c] * WT[c * F + f];
+            gw[c] = nrm[q * F + f] * gx[c];
         }
-        for (int q = 0; q < 3; q++) gn[q * F + f] = g3[q] * silu_d(k.h2[q * F + f]);
+        st(b.S1 + (size_t)i * F10, F, f, gw);
+        for (int q = 0; q < 3; q++) gn[q * F + f] = g3[q] * silu_d(h2[q * F + f]);
     }
     __syncthreads();
-    chan_lin3_t(N.elt, F, gWT, gT);
     lin_bwd(N.els[1], gn, g1);
     __syncthreads();
-    for (int q = threadIdx.x; q < 2 * F; q += TN_THREADS) g1[q] *= silu_d(k.h1[q]);
+    for (int q = threadIdx.x; q < 2 * F; q += TN_THREADS) g1[q] *= silu_d(h1[q]);
     __syncthreads();
     lin_bwd(N.els[0], g1, gln);
     real part = 0, part2 = 0;
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         const real g = gln[f] * N.init_w[f];
-        part += g, part2 += g * k.xhat[f];
+        part += g, part2 += g * xhat[f];
     }
     const real m1 = block_sum(part, red) / real(F);
     const real m2 = block_sum(part2, red) / real(F);
+    const real rstd = b.rstd[i];
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) b.gtn[(size_t)i * F + f] = rstd * (gln[f] * N.init_w[f] - m1 - xhat[f] * m2);
+}
+
+/* Embedding backward part 2, atom i (block), after the channel linear elt's backward (dE/dT's parts
+   in S2): dE/dXe, then dE/dd and dE/du of i's edges. */
+template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(const TnNet<real> N, const TnBuf<real> b) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    Arena<real> A = {(real*)tn_smem};
+    const int i = blockIdx.x, F = N.F, R = N.R;
+    real* red = A.take(TN_THREADS / 32);
+    real *gXe = A.take(9 * F), *rb = A.take(R), *drb = A.take(R), *grb = A.take(R), *pk = A.take(3 * F), *gp = A.take(3 * F),
+         *ered = A.take(4 * TN_EDGE_CHUNK * (TN_THREADS / 32));
+    const real* zpi = N.zp + (size_t)b.z[i] * F;
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        const real gtn = k.rstd * (gln[f] * N.init_w[f] - m1 - k.xhat[f] * m2);
-        real g[TN_NI], gm[9];
-        ld(gT, F, f, g);
+        real g[TN_NI], gm[9], Xe[9];
+        ld(b.S2 + (size_t)i * TN_NI * F, F, f, g);
         decompose_adj(g, gm);
-        for (int c = 0; c < 9; c++) gXe[c * F + f] = gm[c] + real(2) * Xe[c * F + f] * gtn;
+        ld(b.Xe + (size_t)i * 9 * F, F, f, Xe);
+        const real gtn = b.gtn[(size_t)i * F + f];
+        for (int c = 0; c < 9; c++) gXe[c * F + f] = gm[c] + real(2) * Xe[c] * gtn;
     }
     const int ns = 1 + b.nbr_n[i];
     const size_t e0 = (size_t)i * (b.cap + 1);
+    if (N.emb_table) { /* the factors dp_q(rbf) · C and their derivatives from the table */
+        for (int s0 = 1; s0 < ns; s0 += TN_EDGE_CHUNK) {
+            const int s1 = s0 + TN_EDGE_CHUNK < ns ? s0 + TN_EDGE_CHUNK : ns;
+            for (int s = s0; s < s1; s++) {
+                double d;
+                real u[3];
+                const int j = edge_geometry(b, i, s, &d, u);
+                real sums[4] = {0, 0, 0, 0}; /* dE/dd, dE/du */
+                if (edge_on(N, d)) {
+                    const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
+                    const RadialPoint rp = radial_point(N, d);
+                    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                        real G[9], e[3], de[3];
+                        ld(gXe, F, f, G); /* written by this thread above */
+                        for (int q = 0; q < 3; q++) e[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, &de[q]);
+                        const real zij = zpi[f] + N.zq[(size_t)b.z[j] * F + f];
+                        const real w2 = e[1] * zij, w3 = e[2] * zij;
+                        const real tr = G[0] + G[4] + G[8];
+                        const real gv[3] = {G[7] - G[5], G[2] - G[6], G[3] - G[1]};
+                        real Gu[3];
+                        for (int r = 0; r < 3; r++)
+                            Gu[r] = (G[r * 3 + 0] + G[0 * 3 + r]) * u[0] + (G[r * 3 + 1] + G[1 * 3 + r]) * u[1] +
+                                    (G[r * 3 + 2] + G[2 * 3 + r]) * u[2];
+                        const real uGu = real(0.5) * (Gu[0] * u[0] + Gu[1] * u[1] + Gu[2] * u[2]);
+                        const real gw1 = tr, gw2 = gv[0] * u[0] + gv[1] * u[1] + gv[2] * u[2], gw3 = uGu - uu * tr / real(3);
+                        for (int r = 0; r < 3; r++) sums[1 + r] += w2 * gv[r] + w3 * (Gu[r] - real(2) / real(3) * u[r] * tr);
+                        sums[0] += zij * (gw1 * de[0] + gw2 * de[1] + gw3 * de[2]);
+                    }
+                }
+                edge_part(ered, s - s0, sums);
+            }
+            __syncthreads();
+            for (int s = s0 + threadIdx.x; s < s1; s += TN_THREADS) {
+                b.gd[e0 + s] += edge_sum(ered, s - s0, 4, 0);
+                for (int r = 0; r < 3; r++) b.gu[(e0 + s) * 3 + r] += edge_sum(ered, s - s0, 4, 1 + r);
+            }
+            __syncthreads(); /* ered is reused by the next chunk */
+        }
+        return;
+    }
     for (int s = 1; s < ns; s++) {
         double d;
         real u[3];
         const int j = edge_geometry(b, i, s, &d, u);
         if (!edge_on(N, d)) continue;
         const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
-        if (N.emb_table) { /* the factors dp_q(rbf) · C and their derivatives from the table */
-            const RadialPoint rp = radial_point(N, d);
-            real gu[3] = {0, 0, 0}, gdp = 0;
-            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-                real G[9], e[3], de[3];
-                ld(gXe, F, f, G);
-                for (int q = 0; q < 3; q++) e[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, &de[q]);
-                const real zij = b.Zp[(size_t)i * F + f] + b.Zq[(size_t)j * F + f];
-                const real w2 = e[1] * zij, w3 = e[2] * zij;
-                const real tr = G[0] + G[4] + G[8];
-                const real gv[3] = {G[7] - G[5], G[2] - G[6], G[3] - G[1]};
-                real Gu[3];
-                for (int r = 0; r < 3; r++)
-                    Gu[r] = (G[r * 3 + 0] + G[0 * 3 + r]) * u[0] + (G[r * 3 + 1] + G[1 * 3 + r]) * u[1] + (G[r * 3 + 2] + G[2 * 3 + r]) * u[2];
-                const real uGu = real(0.5) * (Gu[0] * u[0] + Gu[1] * u[1] + Gu[2] * u[2]);
-                const real gw1 = tr, gw2 = gv[0] * u[0] + gv[1] * u[1] + gv[2] * u[2], gw3 = uGu - uu * tr / real(3);
-                for (int r = 0; r < 3; r++) gu[r] += w2 * gv[r] + w3 * (Gu[r] - real(2) / real(3) * u[r] * tr);
-                gdp += zij * (gw1 * de[0] + gw2 * de[1] + gw3 * de[2]);
-            }
-            real sums[4] = {gdp, gu[0], gu[1], gu[2]};
-            block_sum4(sums, red4);
-            if (threadIdx.x == 0) {
-                b.gd[e0 + s] += sums[0];
-                b.gu[(e0 + s) * 3 + 0] += sums[1], b.gu[(e0 + s) * 3 + 1] += sums[2], b.gu[(e0 + s) * 3 + 2] += sums[3];
-            }
-            continue;
-        }
         real c, dc;
         cutoff_fn(N, d, &c, &dc);
         __syncthreads(); /* gXe written, the previous edge's rb, pk, gp read */
@@ -1125,7 +1271,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
         for (int f = threadIdx.x; f < F; f += TN_THREADS) {
             real G[9];
             ld(gXe, F, f, G);
-            const real zij = b.Zp[(size_t)i * F + f] + b.Zq[(size_t)j * F + f], Cf = c * zij;
+            const real zij = zpi[f] + N.zq[(size_t)b.z[j] * F + f], Cf = c * zij;
             const real w2 = pk[F + f] * Cf, w3 = pk[2 * F + f] * Cf;
             const real tr = G[0] + G[4] + G[8];
             const real gv[3] = {G[7] - G[5], G[2] - G[6], G[3] - G[1]};
@@ -1258,6 +1404,7 @@ typedef struct tn_cuda_state {
     size_t smem; /* dynamic shared memory of the per-atom kernels */
     void* weights;                              /* every member's weights in the evaluation's precision */
     float* tables;                              /* float32: every member's radial tables (RadialTable) */
+    void* ztab;                                 /* every member's zp, zq (k_tn_z) */
     void* nets;                                 /* host: TnNet<real> per member */
     void* layers;                               /* host: TnLayer<real> per member and layer */
     double* atomref;                            /* device, double: every member's means, betas and atomref */
@@ -1276,7 +1423,7 @@ static void tn_state_free(tn_cuda_state* s) {
     if (s == NULL) return;
     CUcontext pushed = NULL;
     if (s->context != NULL && nnp_cuda_driver.loaded) nnp_cuda_driver.ctxPushCurrent(s->context), pushed = s->context;
-    void* dev[] = {s->weights, s->tables, s->atomref, s->z, s->batch, s->order, s->batch_start, s->particle, s->index_of, s->force_index,
+    void* dev[] = {s->weights, s->tables, s->ztab, s->atomref, s->z, s->batch, s->order, s->batch_start, s->particle, s->index_of, s->force_index,
                    s->nbr_n, s->nbr_j, s->flags, s->pos, s->nbr_r, s->cq, s->work, s->atom_e, s->force, s->edge_f, s->base.batch_energy};
     for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
         if (dev[k]) cudaFree(dev[k]);
@@ -1446,27 +1593,51 @@ static size_t tn_smem_reals(const tn_member* m) {
         if ((size_t)m->head[h].n_out > wide) wide = (size_t)m->head[h].n_out;
         if ((size_t)m->head[h].n_in > wide) wide = (size_t)m->head[h].n_in;
     }
-    /* each take() rounds up to 2: at most 1 more per array; 40 arrays at most */
-    const size_t embed_back = (TN_THREADS / 32) + 9 * F + 41 * F + (3 + 10 + 10 + 2 + 1 + 9 + 3 + 3) * F + 3 * R;
-    const size_t layer_b = 10 * F + R + 11 * F + 10 * F;
-    const size_t b1 = (TN_THREADS / 32) + 20 * F + 2 * R + 11 * F + 3 * F + 6 * F + R;
-    const size_t out = (TN_THREADS / 32) + 21 * F + head_total + 2 * wide;
-    size_t n = embed_back;
-    if (layer_b > n) n = layer_b;
-    if (b1 > n) n = b1;
-    if (out > n) n = out;
+    /* each take() rounds up to 2: at most 1 more per array, counted as + 16 below */
+    const size_t W = TN_THREADS / 32;
+    const size_t embed = W + 18 * F + R;
+    const size_t layer_b = 21 * F + R;
+    const size_t b1 = W + 17 * F + 3 * R + TN_EDGE_CHUNK * W;
+    const size_t b2 = 10 * F;
+    const size_t eb1 = W + 6 * F;
+    const size_t eb2 = W + 15 * F + 3 * R + 4 * TN_EDGE_CHUNK * W;
+    const size_t out = W + 21 * F + head_total + 2 * wide;
+    const size_t all[] = {embed, layer_b, b1, b2, eb1, eb2, out, F};
+    size_t n = 0;
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+        if (all[k] > n) n = all[k];
+    n += 16;
     return n + 64;
 }
 
 template <typename real> static void tn_configure(size_t smem) {
     cudaFuncSetAttribute(k_tn_z<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_tn_embed<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_tn_layer_a<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_tn_layer_b<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_tn_out<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_tn_b1<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_tn_b2<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_tn_embed_back<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_tn_eb1<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_tn_eb2<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
+/* Every member's zp, zq per element (k_tn_z), once per plan. */
+template <typename real> static nnp_status tn_build_z(const tn_model* tm, tn_cuda_state* s) {
+    size_t total = 0;
+    for (int k = s->first; k < s->last; k++) total += 2 * (size_t)tm->members[k].max_z * tm->members[k].F;
+    TN_ALLOC(s->ztab, total * sizeof(real));
+    TnNet<real>* nets = (TnNet<real>*)s->nets;
+    real* next = (real*)s->ztab;
+    for (int k = 0; k < s->last - s->first; k++) {
+        const size_t rows = (size_t)tm->members[s->first + k].max_z * nets[k].F;
+        nets[k].zp = next, nets[k].zq = next + rows;
+        k_tn_z<real><<<tm->members[s->first + k].max_z, TN_THREADS, s->smem>>>(nets[k], (real*)nets[k].zp, (real*)nets[k].zq);
+        next += 2 * rows;
+    }
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) return nnp_fail(NNP_ERR_CUDA, "computing TensorNet's embedding pairs: %s", cudaGetErrorString(e));
+    return NNP_OK;
 }
 
 template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_state* s, int n_particles) {
@@ -1506,6 +1677,7 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     tn_configure<real>(s->smem);
     nnp_status st = tn_upload_weights<real>(tm, s);
     if (st == NNP_OK && sizeof(real) == sizeof(float)) st = tn_build_tables(tm, s);
+    if (st == NNP_OK) st = tn_build_z<real>(tm, s);
     if (st != NNP_OK) return st;
     /* atoms */
     const size_t N = (size_t)n, E = N * (size_t)(s->cap + 1), Fz = (size_t)F;
@@ -1526,9 +1698,9 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     TN_ALLOC(s->force, 3 * N * sizeof(double));
     TN_ALLOC(s->edge_f, 3 * E * sizeof(double));
     TN_ALLOC(s->base.batch_energy, (size_t)(nb > 0 ? nb : 1) * sizeof(double));
-    /* per-atom and per-edge buffers: Zp, Zq F; Xe 9F; X (L+1)·9F; Yirr, Mirr L·10F; B, dX L·9F; gX 9F;
-       gM, gY 10F; fac E·3F; gd E; gu 3E */
-    const size_t atom_reals = N * Fz * (2 + 9 + (size_t)(L + 1) * 9 + (size_t)L * 38 + 9 + 20) +
+    /* per-atom and per-edge buffers: Xe 9F; X (L+1)·9F; Yirr, Mirr L·10F; B, dX L·9F; gX 9F; gM, gY
+       10F; WT 10F, nrm 3F, h1 2F, h2 3F, xhat F, gtn F, S1, S2 10F, rstd 1; fac E·3F; gd E; gu 3E */
+    const size_t atom_reals = N * (Fz * (9 + (size_t)(L + 1) * 9 + (size_t)L * 38 + 9 + 20 + 10 + 3 + 2 + 3 + 1 + 1 + 20) + 1) +
                               (s->tables ? 0 : E * 3 * Fz); /* fac: the tables replace it */
     s->edge_bytes = 4 * E * sizeof(real);
     s->work_bytes = atom_reals * sizeof(real) + s->edge_bytes;
@@ -1572,8 +1744,6 @@ template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, c
     b.nbr_r = (const nnp_double4*)s->nbr_r;
     b.cq = (const real*)s->cq;
     real* p = (real*)s->work;
-    b.Zp = p, p += n * F;
-    b.Zq = p, p += n * F;
     b.Xe = p, p += n * 9 * F;
     b.X = p, p += (size_t)(N.L + 1) * n * 9 * F;
     b.Yirr = p, p += (size_t)N.L * n * 10 * F;
@@ -1583,6 +1753,15 @@ template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, c
     b.gX = p, p += n * 9 * F;
     b.gM = p, p += n * 10 * F;
     b.gY = p, p += n * 10 * F;
+    b.WT = p, p += n * 10 * F;
+    b.nrm = p, p += n * 3 * F;
+    b.h1 = p, p += n * 2 * F;
+    b.h2 = p, p += n * 3 * F;
+    b.xhat = p, p += n * F;
+    b.gtn = p, p += n * F;
+    b.S1 = p, p += n * 10 * F;
+    b.S2 = p, p += n * 10 * F;
+    b.rstd = p, p += n;
     b.fac = p;
     b.gd = (real*)s->gd;
     b.gu = b.gd + E;
@@ -1617,20 +1796,38 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             const TnNet<real>& N = nets[k];
             const TnLayer<real>* Ly = layers + (size_t)k * TN_MAX_LAYERS;
             const TnBuf<real> b = tn_buffers<real>(s, N);
-            k_tn_z<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            const unsigned ew = (unsigned)(((size_t)n * N.F + TN_EW_THREADS - 1) / TN_EW_THREADS);
+            auto chan = [&](const Lin<real>* W, bool backward, const real* in, real* out) {
+                ChanW<real> M;
+                for (int q = 0; q < 3; q++) M.m[q] = backward ? W[q].w : W[q].wt;
+                if (n >= TN_GEMM_WIDE_ATOMS)
+                    k_tn_chan<real, 2><<<dim3((n + 7) / 8, (N.F + 31) / 32), 128, 0, stream>>>(M, N.F, in, out, n);
+                else
+                    k_tn_chan<real, 1><<<dim3((n + 3) / 4, (N.F + 31) / 32), 128, 0, stream>>>(M, N.F, in, out, n);
+            };
             k_tn_embed<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            chan(N.elt, false, b.S1, b.WT);
+            k_tn_x0<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b);
             for (int l = 0; l < N.L; l++) {
-                k_tn_layer_a<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
+                chan(Ly[l].llt, false, b.S1, b.Yirr + (size_t)l * n * TN_NI * N.F);
                 k_tn_layer_b<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
+                chan(Ly[l].llt + 3, false, b.S1, b.S2);
+                k_tn_update<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b, l);
             }
             k_tn_out<real><<<n, TN_THREADS, s->smem, stream>>>(N, b, scale, forces);
             if (!forces) continue;
             CUDA_TRY(cudaMemsetAsync(s->gd, 0, s->edge_bytes, stream));
+            k_tn_bt<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b, N.L - 1);
             for (int l = N.L - 1; l >= 0; l--) {
+                chan(Ly[l].llt + 3, true, b.S1, b.S2);
                 k_tn_b1<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
                 k_tn_b2<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
+                chan(Ly[l].llt, true, b.S1, b.S2);
+                k_tn_bx<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b, l);
             }
-            k_tn_embed_back<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            k_tn_eb1<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            chan(N.elt, true, b.S1, b.S2);
+            k_tn_eb2<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
             k_tn_edge_forces<real><<<(n + 127) / 128, 128, 0, stream>>>(b, scale * force_factor, s->edge_f);
             k_tn_gather<real><<<(n + 127) / 128, 128, 0, stream>>>(b, s->edge_f, s->force);
         }
