@@ -45,7 +45,8 @@
 #define TN_EW_THREADS 128          /* threads per block of the per-channel kernels */
 
 #define TN_NI 10 /* irreducible components per channel: I (1), A (3), S (6) */
-__device__ __constant__ int tn_part_d[TN_NI] = {0, 1, 1, 1, 2, 2, 2, 2, 2, 2};
+/* The part (0: I, 1: A, 2: S) of component c; a constant where loops over c unroll. */
+__device__ __forceinline__ constexpr int part_of(int c) { return c == 0 ? 0 : (c < 4 ? 1 : 2); }
 
 enum { TN_FLAG_NONFINITE = 0, TN_FLAG_CAPACITY = 1, TN_FLAG_COINCIDENT = 2, TN_FLAG_ENERGY = 3, TN_FLAGS = 4 };
 static const int TN_FLAG_CLEAR[TN_FLAGS] = {0x7fffffff, 0, 0, 0};
@@ -167,6 +168,7 @@ template <typename real> __device__ real block_sum(real v, real* red) {
 template <typename real> __device__ __forceinline__ real dot_strided(const real* __restrict__ a, size_t stride, const real* x, int n) {
     real s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     int k = 0;
+#pragma unroll 4
     for (; k + 3 < n; k += 4) {
         s0 += a[(size_t)k * stride] * x[k];
         s1 += a[(size_t)(k + 1) * stride] * x[k + 1];
@@ -538,8 +540,9 @@ __global__ void __launch_bounds__(32 * TN_NBR_WARPS)
  * (backward: out = Wᵀ g), F × F row-major either way. A block computes 4 · AW atoms × 32 output
  * channels: each warp AW atoms, each lane one output channel of all their 10 · AW components, so a
  * weight read from shared memory serves 10 · AW products and the inputs are broadcast four k at a
- * time. k runs in chunks of TN_GEMM_K through shared memory (zeros past F); every output is one sum
- * in k order, so the same inputs give the same bits.
+ * time. k runs in chunks of TN_GEMM_K through shared memory (zeros past F), the next chunk's loads in
+ * flight while one is multiplied; every output is one sum in k order, so the same inputs give the
+ * same bits.
  */
 template <typename real> struct ChanW {
     const real* m[3];
@@ -558,18 +561,38 @@ __global__ void __launch_bounds__(128) k_tn_chan(const ChanW<real> W, int F, con
     for (int a = 0; a < AW; a++)
 #pragma unroll
         for (int c = 0; c < TN_NI; c++) acc[a][c] = 0;
+    /* chunk k0's inputs and weights into registers, stored to shared memory when the previous chunk
+       has been read: the loads of chunk k0 + K are in flight while chunk k0 is multiplied */
+    constexpr int NX = GA * TN_NI * K / 128, NM = 3 * K * 32 / 128;
+    static_assert(NX * 128 == GA * TN_NI * K && NM * 128 == 3 * K * 32, "the chunks fill the block");
+    real xr[NX], mr[NM];
+    /* thread (warp, lane) loads rows warp + 4r of the inputs at k = k0 + lane, and rows warp + 4r
+       (r < 8: of M_0, then M_1, M_2) of the weights at output o0 + lane */
+    static_assert(K == 32, "one lane per k and per output channel");
+    auto fetch = [&](int k0) {
+        const int k = k0 + lane;
+#pragma unroll
+        for (int r = 0; r < NX; r++) {
+            const int row = warp + 4 * r, a = a0 + row / TN_NI, c = row % TN_NI;
+            xr[r] = a < n && k < F ? in[(size_t)a * F10 + (size_t)c * F + k] : real(0);
+        }
+        const int o = o0 + lane;
+#pragma unroll
+        for (int r = 0; r < NM; r++) {
+            const int kk = k0 + warp + 4 * (r % 8);
+            const real* Mp = r < 8 ? W.m[0] : (r < 16 ? W.m[1] : W.m[2]);
+            mr[r] = kk < F && o < F ? Mp[(size_t)kk * F + o] : real(0);
+        }
+    };
+    fetch(0);
     for (int k0 = 0; k0 < F; k0 += K) {
         __syncthreads(); /* the previous chunk has been read */
-        for (int q = threadIdx.x; q < GA * TN_NI * K; q += 128) {
-            const int row = q / K, k = k0 + q % K, a = a0 + row / TN_NI, c = row % TN_NI;
-            xs[q] = a < n && k < F ? in[(size_t)a * F10 + (size_t)c * F + k] : real(0);
-        }
-        for (int q = threadIdx.x; q < 3 * K * 32; q += 128) {
-            const int p = q / (K * 32), k = k0 + (q / 32) % K, o = o0 + q % 32;
-            const real* Mp = p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2]); /* no local copy of W */
-            ms[q] = k < F && o < F ? Mp[(size_t)k * F + o] : real(0);
-        }
+#pragma unroll
+        for (int r = 0; r < NX; r++) xs[threadIdx.x + 128 * r] = xr[r];
+#pragma unroll
+        for (int r = 0; r < NM; r++) ms[threadIdx.x + 128 * r] = mr[r];
         __syncthreads();
+        if (k0 + K < F) fetch(k0 + K);
 #pragma unroll 2
         for (int k = 0; k < K; k += 4) {
             real w[3][4];
@@ -582,7 +605,7 @@ __global__ void __launch_bounds__(128) k_tn_chan(const ChanW<real> W, int F, con
 #pragma unroll
                 for (int c = 0; c < TN_NI; c++) {
                     const real4 x = *(const real4*)(xs + ((warp * AW + a) * TN_NI + c) * K + k);
-                    const int p = c == 0 ? 0 : (c < 4 ? 1 : 2);
+                    const int p = part_of(c);
                     real s = acc[a][c];
                     s += w[p][0] * x.x;
                     s += w[p][1] * x.y;
@@ -640,6 +663,54 @@ template <typename real> __device__ __forceinline__ void normalized_parts(const 
     decompose(x, t);
 }
 
+/* An atom's edges [s0, s1) in shared memory, for the table paths: those within [cl, cu) (and the
+   self loop, s = 0) in slot order, each with its neighbour j, j's element, its slot s, u and its
+   place in the tables. Warp 0 compacts them (ballot) while the block waits, so the per-channel loops
+   over the edges that follow have no branches and no dependent loads of the geometry. */
+template <typename real> struct EdgeChunk {
+    int *j, *zj, *slot, *g, *count;
+    real *t, *u; /* t: the position in the table interval; u: 3 per edge */
+    __device__ void take(Arena<real>& A) {
+        j = (int*)A.take(TN_EDGE_CHUNK), zj = (int*)A.take(TN_EDGE_CHUNK), slot = (int*)A.take(TN_EDGE_CHUNK);
+        g = (int*)A.take(TN_EDGE_CHUNK), count = (int*)A.take(2), t = A.take(TN_EDGE_CHUNK), u = A.take(3 * TN_EDGE_CHUNK);
+    }
+    __device__ RadialPoint point(const TnNet<real>& N, int e) const {
+        RadialPoint p;
+        p.g = g[e], p.s = t[e], p.h = (N.cu - (N.cl > 0 ? N.cl : 0.0)) / (TN_TABLE_POINTS - 1);
+        return p;
+    }
+};
+template <typename real>
+__device__ int edge_chunk(const TnNet<real>& N, const TnBuf<real>& b, int i, int s0, int s1, EdgeChunk<real>& E) {
+    __syncthreads(); /* the previous chunk has been read */
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        int count = 0;
+        for (int base = s0; base < s1; base += 32) {
+            const int s = base + lane;
+            double d = 0;
+            real u[3] = {0, 0, 0};
+            int j = i;
+            bool keep = false;
+            if (s < s1) {
+                j = edge_geometry(b, i, s, &d, u);
+                keep = s == 0 || edge_on(N, d);
+            }
+            const unsigned mask = __ballot_sync(0xffffffffu, keep);
+            const int e = count + __popc(mask & ((1u << lane) - 1));
+            if (keep) {
+                const RadialPoint p = radial_point(N, d);
+                E.j[e] = j, E.zj[e] = b.z[j], E.slot[e] = s, E.g[e] = p.g, E.t[e] = (real)p.s;
+                E.u[3 * e] = u[0], E.u[3 * e + 1] = u[1], E.u[3 * e + 2] = u[2];
+            }
+            count += __popc(mask);
+        }
+        if (lane == 0) *E.count = count;
+    }
+    __syncthreads();
+    return *E.count;
+}
+
 /* The embedding, atom i (block): Xe_i = Σ_j embed_edge over its edges (the self loop included);
    the irreducible parts of Xe into S1 (for the channel linear elt), then the LayerNorm of |Xe|²
    and the norm MLP nrm = SiLU(els₁ SiLU(els₀ ·)); kept for the backward pass: Xe, xhat, rstd, h1, h2. */
@@ -650,24 +721,28 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
     real* red = A.take(TN_THREADS / 32);
     real *Xe = A.take(9 * F), *rb = A.take(N.R), *sq = A.take(F), *ln = A.take(F), *h1 = A.take(2 * F), *a = A.take(2 * F),
          *h2 = A.take(3 * F);
+    EdgeChunk<real> E;
+    E.take(A);
     const int ns = 1 + b.nbr_n[i];
     const real* zpi = N.zp + (size_t)b.z[i] * F;
     if (N.emb_table) { /* each thread its channels, summed in registers; the table is 0 where C(d) is */
-        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-            real x[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-            const real zp = zpi[f];
-            for (int s = 0; s < ns; s++) {
-                double d;
-                real u[3];
-                const int j = edge_geometry(b, i, s, &d, u);
-                if (s > 0 && !edge_on(N, d)) continue;
-                const RadialPoint rp = radial_point(N, d);
-                const real zij = zp + N.zq[(size_t)b.z[j] * F + f];
-                real w[3];
-                for (int q = 0; q < 3; q++) w[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, (real*)NULL) * zij;
-                embed_edge(w, u, x);
+        for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
+            const int ne = edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
+            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                real x[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+                if (c0 > 0) ld(Xe, F, f, x);
+                const real zp = zpi[f];
+#pragma unroll 2
+                for (int e = 0; e < ne; e++) {
+                    const RadialPoint rp = E.point(N, e);
+                    const real zij = zp + N.zq[(size_t)E.zj[e] * F + f];
+                    const real u[3] = {E.u[3 * e], E.u[3 * e + 1], E.u[3 * e + 2]};
+                    real w[3];
+                    for (int q = 0; q < 3; q++) w[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, (real*)NULL) * zij;
+                    embed_edge(w, u, x);
+                }
+                st(Xe, F, f, x);
             }
-            st(Xe, F, f, x);
         }
     } else {
         for (int q = threadIdx.x; q < 9 * F; q += TN_THREADS) Xe[q] = 0;
@@ -745,7 +820,7 @@ template <typename real> __global__ void k_tn_x0(const TnNet<real> N, const TnBu
     if (q >= (size_t)b.n * F) return;
     const int i = (int)(q / F), f = (int)(q % F);
     real t[TN_NI], m[9];
-    for (int c = 0; c < TN_NI; c++) t[c] = b.nrm[(size_t)i * 3 * F + tn_part_d[c] * F + f] * b.WT[(size_t)i * TN_NI * F + c * F + f];
+    for (int c = 0; c < TN_NI; c++) t[c] = b.nrm[(size_t)i * 3 * F + part_of(c) * F + f] * b.WT[(size_t)i * TN_NI * F + c * F + f];
     compose(t, m);
     st(b.X + (size_t)i * 9 * F, F, f, m);
     normalized_parts(m, t);
@@ -763,23 +838,27 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
     const size_t at = (size_t)l * b.n + i, F10 = (size_t)TN_NI * F;
     real *Mi = A.take(F10), *rb = A.take(N.R), *h1 = A.take(F), *h2 = A.take(2 * F), *h3 = A.take(3 * F), *a = A.take(2 * F),
          *fac = A.take(3 * F);
+    EdgeChunk<real> E;
+    E.take(A);
     const int ns = 1 + b.nbr_n[i];
     if (Ly.table) { /* each thread its channels, summed in registers */
-        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-            real m[TN_NI];
-            for (int c = 0; c < TN_NI; c++) m[c] = 0;
-            for (int s = 0; s < ns; s++) {
-                double d;
-                real u[3];
-                const int j = edge_geometry(b, i, s, &d, u);
-                if (s > 0 && !edge_on(N, d)) continue;
-                const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
-                const RadialPoint rp = radial_point(N, d);
-                real fq[3];
-                for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (real*)NULL);
-                for (int c = 0; c < TN_NI; c++) m[c] += fq[tn_part_d[c]] * Yj[c * F + f];
+        const real* Y = b.Yirr + (size_t)l * b.n * F10;
+        for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
+            const int ne = edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
+            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                real m[TN_NI];
+                for (int c = 0; c < TN_NI; c++) m[c] = 0;
+                if (c0 > 0) ld(Mi, F, f, m);
+#pragma unroll 2
+                for (int e = 0; e < ne; e++) {
+                    const real* Yj = Y + (size_t)E.j[e] * F10;
+                    const RadialPoint rp = E.point(N, e);
+                    real fq[3];
+                    for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (real*)NULL);
+                    for (int c = 0; c < TN_NI; c++) m[c] += fq[part_of(c)] * Yj[c * F + f];
+                }
+                st(Mi, F, f, m);
             }
-            st(Mi, F, f, m);
         }
     } else {
         for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) Mi[q] = 0;
@@ -793,7 +872,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
             edge_mlp(N, Ly, d, rb, (real*)NULL, h1, h2, h3, a, fac);
             __syncthreads();
             for (int f = threadIdx.x; f < F; f += TN_THREADS)
-                for (int c = 0; c < TN_NI; c++) Mi[c * F + f] += fac[tn_part_d[c] * F + f] * Yj[c * F + f];
+                for (int c = 0; c < TN_NI; c++) Mi[c * F + f] += fac[part_of(c) * F + f] * Yj[c * F + f];
         }
     }
     __syncthreads();
@@ -993,6 +1072,8 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
     real* red = A.take(TN_THREADS / 32);
     real *rb = A.take(N.R), *drb = A.take(N.R), *h1 = A.take(F), *h2 = A.take(2 * F), *h3 = A.take(3 * F), *a = A.take(2 * F),
          *gfac = A.take(3 * F), *work = A.take(6 * F + N.R), *ered = A.take(TN_EDGE_CHUNK * (TN_THREADS / 32));
+    EdgeChunk<real> E;
+    E.take(A);
     const real cq = b.cq[i];
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         real g[TN_NI], gCn[9], B[9], gB[9], mt[TN_NI], yt[TN_NI], msg[9], Y[9];
@@ -1026,31 +1107,27 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
     const int ns = 1 + b.nbr_n[i];
     const size_t e0 = (size_t)i * (b.cap + 1);
     if (Ly.table) { /* dE/dd = Σ dE/dfac · dfac/dd from the table; k_tn_b2 reads the factors there too */
-        for (int s0 = 1; s0 < ns; s0 += TN_EDGE_CHUNK) {
-            const int s1 = s0 + TN_EDGE_CHUNK < ns ? s0 + TN_EDGE_CHUNK : ns;
-            for (int s = s0; s < s1; s++) {
-                double d;
-                real u[3];
-                const int j = edge_geometry(b, i, s, &d, u);
+        const real* Y = b.Yirr + (size_t)l * b.n * F10;
+        for (int c0 = 1; c0 < ns; c0 += TN_EDGE_CHUNK) {
+            const int ne = edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
+#pragma unroll 2
+            for (int e = 0; e < ne; e++) {
+                const real* Yj = Y + (size_t)E.j[e] * F10;
+                const RadialPoint rp = E.point(N, e);
                 real part[1] = {0};
-                if (edge_on(N, d)) {
-                    const real* Yj = b.Yirr + ((size_t)l * b.n + j) * F10;
-                    const RadialPoint rp = radial_point(N, d);
-                    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-                        real g3[3] = {0, 0, 0};
-                        for (int c = 0; c < TN_NI; c++) g3[tn_part_d[c]] += gMi[c * F + f] * Yj[c * F + f];
-                        for (int q = 0; q < 3; q++) {
-                            real dv;
-                            radial_value(Ly.table, 3 * F, rp, q * F + f, &dv);
-                            part[0] += g3[q] * dv;
-                        }
+                for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                    real g3[3] = {0, 0, 0};
+                    for (int c = 0; c < TN_NI; c++) g3[part_of(c)] += gMi[c * F + f] * Yj[c * F + f];
+                    for (int q = 0; q < 3; q++) {
+                        real dv;
+                        radial_value(Ly.table, 3 * F, rp, q * F + f, &dv);
+                        part[0] += g3[q] * dv;
                     }
                 }
-                edge_part(ered, s - s0, part);
+                edge_part(ered, e, part);
             }
             __syncthreads();
-            for (int s = s0 + threadIdx.x; s < s1; s += TN_THREADS) b.gd[e0 + s] += edge_sum(ered, s - s0, 1, 0);
-            __syncthreads(); /* ered is reused by the next chunk */
+            for (int e = threadIdx.x; e < ne; e += TN_THREADS) b.gd[e0 + E.slot[e]] += edge_sum(ered, e, 1, 0);
         }
         return;
     }
@@ -1066,7 +1143,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
         if (s == 0) continue; /* the self loop does not move */
         for (int f = threadIdx.x; f < F; f += TN_THREADS) {
             real g3[3] = {0, 0, 0};
-            for (int c = 0; c < TN_NI; c++) g3[tn_part_d[c]] += gMi[c * F + f] * Yj[c * F + f];
+            for (int c = 0; c < TN_NI; c++) g3[part_of(c)] += gMi[c * F + f] * Yj[c * F + f];
             gfac[f] = g3[0], gfac[F + f] = g3[1], gfac[2 * F + f] = g3[2];
         }
         __syncthreads();
@@ -1080,29 +1157,32 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
 template <typename real>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
-    real* gYt = (real*)tn_smem;
+    Arena<real> A = {(real*)tn_smem};
     const int j = blockIdx.x, F = N.F;
     const size_t F10 = (size_t)TN_NI * F;
+    real* gYt = A.take(F10);
+    EdgeChunk<real> E;
+    E.take(A);
     const int ns = 1 + b.nbr_n[j];
     const size_t e0 = (size_t)j * (b.cap + 1);
     real* out = b.S1 + (size_t)j * F10;
-    if (Ly.table) { /* each thread its channels, in registers */
-        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-            real g[TN_NI];
-            ld(b.gY + (size_t)j * F10, F, f, g);
-            for (int s = 0; s < ns; s++) {
-                double d;
-                real u[3];
-                const int i = edge_geometry(b, j, s, &d, u);
-                if (s > 0 && !edge_on(N, d)) continue;
-                /* the filter of edge (j, i) equals that of (i, j): the same distance */
-                const real* gMi = b.gM + (size_t)i * F10;
-                const RadialPoint rp = radial_point(N, d);
-                real fq[3];
-                for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (real*)NULL);
-                for (int c = 0; c < TN_NI; c++) g[c] += fq[tn_part_d[c]] * gMi[c * F + f];
+    if (Ly.table) { /* each thread its channels, in registers (between chunks in gYt) */
+        for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
+            const int ne = edge_chunk(N, b, j, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
+            for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                real g[TN_NI];
+                ld(c0 == 0 ? b.gY + (size_t)j * F10 : gYt, F, f, g);
+#pragma unroll 2
+                for (int e = 0; e < ne; e++) {
+                    /* the filter of edge (j, i) equals that of (i, j): the same distance */
+                    const real* gMi = b.gM + (size_t)E.j[e] * F10;
+                    const RadialPoint rp = E.point(N, e);
+                    real fq[3];
+                    for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (real*)NULL);
+                    for (int c = 0; c < TN_NI; c++) g[c] += fq[part_of(c)] * gMi[c * F + f];
+                }
+                st(c0 + TN_EDGE_CHUNK < ns ? gYt : out, F, f, g);
             }
-            st(out, F, f, g);
         }
         return;
     }
@@ -1116,7 +1196,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
         const real* fe = b.fac + (e0 + s) * 3 * F;
         for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) {
             const int c = q / F, f = q - c * F;
-            gYt[q] += fe[tn_part_d[c] * F + f] * gMi[q];
+            gYt[q] += fe[part_of(c) * F + f] * gMi[q];
         }
     }
     for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) out[q] = gYt[q];
@@ -1164,7 +1244,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb1(
         compose_adj(m, gx);
         real g3[3] = {0, 0, 0};
         for (int c = 0; c < TN_NI; c++) {
-            const int q = tn_part_d[c];
+            const int q = part_of(c);
             g3[q] += gx[c] * WT[c * F + f];
             gw[c] = nrm[q * F + f] * gx[c];
         }
@@ -1197,6 +1277,8 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
     real* red = A.take(TN_THREADS / 32);
     real *gXe = A.take(9 * F), *rb = A.take(R), *drb = A.take(R), *grb = A.take(R), *pk = A.take(3 * F), *gp = A.take(3 * F),
          *ered = A.take(4 * TN_EDGE_CHUNK * (TN_THREADS / 32));
+    EdgeChunk<real> E;
+    E.take(A);
     const real* zpi = N.zp + (size_t)b.z[i] * F;
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         real g[TN_NI], gm[9], Xe[9];
@@ -1209,22 +1291,21 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
     const int ns = 1 + b.nbr_n[i];
     const size_t e0 = (size_t)i * (b.cap + 1);
     if (N.emb_table) { /* the factors dp_q(rbf) · C and their derivatives from the table */
-        for (int s0 = 1; s0 < ns; s0 += TN_EDGE_CHUNK) {
-            const int s1 = s0 + TN_EDGE_CHUNK < ns ? s0 + TN_EDGE_CHUNK : ns;
-            for (int s = s0; s < s1; s++) {
-                double d;
-                real u[3];
-                const int j = edge_geometry(b, i, s, &d, u);
+        for (int c0 = 1; c0 < ns; c0 += TN_EDGE_CHUNK) {
+            const int ne = edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
+#pragma unroll 2
+            for (int e = 0; e < ne; e++) {
+                const real u[3] = {E.u[3 * e], E.u[3 * e + 1], E.u[3 * e + 2]};
                 real sums[4] = {0, 0, 0, 0}; /* dE/dd, dE/du */
-                if (edge_on(N, d)) {
+                {
                     const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
-                    const RadialPoint rp = radial_point(N, d);
+                    const RadialPoint rp = E.point(N, e);
                     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-                        real G[9], e[3], de[3];
+                        real G[9], ev[3], de[3];
                         ld(gXe, F, f, G); /* written by this thread above */
-                        for (int q = 0; q < 3; q++) e[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, &de[q]);
-                        const real zij = zpi[f] + N.zq[(size_t)b.z[j] * F + f];
-                        const real w2 = e[1] * zij, w3 = e[2] * zij;
+                        for (int q = 0; q < 3; q++) ev[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, &de[q]);
+                        const real zij = zpi[f] + N.zq[(size_t)E.zj[e] * F + f];
+                        const real w2 = ev[1] * zij, w3 = ev[2] * zij;
                         const real tr = G[0] + G[4] + G[8];
                         const real gv[3] = {G[7] - G[5], G[2] - G[6], G[3] - G[1]};
                         real Gu[3];
@@ -1237,14 +1318,14 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
                         sums[0] += zij * (gw1 * de[0] + gw2 * de[1] + gw3 * de[2]);
                     }
                 }
-                edge_part(ered, s - s0, sums);
+                edge_part(ered, e, sums);
             }
             __syncthreads();
-            for (int s = s0 + threadIdx.x; s < s1; s += TN_THREADS) {
-                b.gd[e0 + s] += edge_sum(ered, s - s0, 4, 0);
-                for (int r = 0; r < 3; r++) b.gu[(e0 + s) * 3 + r] += edge_sum(ered, s - s0, 4, 1 + r);
+            for (int e = threadIdx.x; e < ne; e += TN_THREADS) {
+                const size_t s = e0 + E.slot[e];
+                b.gd[s] += edge_sum(ered, e, 4, 0);
+                for (int r = 0; r < 3; r++) b.gu[s * 3 + r] += edge_sum(ered, e, 4, 1 + r);
             }
-            __syncthreads(); /* ered is reused by the next chunk */
         }
         return;
     }
@@ -1311,27 +1392,28 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
    bisection), in double, added to the member sum in member order. One rounding per atom to the
    caller's format (k_tn_forces_out). */
 template <typename real> __global__ void k_tn_edge_forces(const TnBuf<real> b, double factor, double* __restrict__ edge_f) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= b.n) return;
-    const int ns = 1 + b.nbr_n[i];
-    const size_t e0 = (size_t)i * (b.cap + 1);
-    for (int s = 1; s < ns; s++) {
-        double d;
-        real u[3];
-        edge_geometry(b, i, s, &d, u);
-        const double gd = b.gd[e0 + s];
-        const double gu[3] = {b.gu[(e0 + s) * 3], b.gu[(e0 + s) * 3 + 1], b.gu[(e0 + s) * 3 + 2]};
-        const double gu_u = gu[0] * u[0] + gu[1] * u[1] + gu[2] * u[2];
-        for (int c = 0; c < 3; c++) edge_f[(e0 + s) * 3 + c] = factor * (gd * u[c] + (gu[c] - gu_u * u[c]) / d);
-    }
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* neighbour slot k of atom i */
+    if (q >= (size_t)b.n * b.cap) return;
+    const int i = (int)(q / b.cap), s = (int)(q % b.cap) + 1;
+    if (s > b.nbr_n[i]) return;
+    const size_t e = (size_t)i * (b.cap + 1) + s;
+    double d;
+    real u[3];
+    edge_geometry(b, i, s, &d, u);
+    const double gd = b.gd[e];
+    const double gu[3] = {b.gu[e * 3], b.gu[e * 3 + 1], b.gu[e * 3 + 2]};
+    const double gu_u = gu[0] * u[0] + gu[1] * u[1] + gu[2] * u[2];
+    for (int c = 0; c < 3; c++) edge_f[e * 3 + c] = factor * (gd * u[c] + (gu[c] - gu_u * u[c]) / d);
 }
 
+/* One warp per atom: lane k takes neighbours k, k + 32, ... (its own edge and, with the sign
+   turned, the partner's), then the lanes' sums are added in a fixed tree order. */
 template <typename real> __global__ void k_tn_gather(const TnBuf<real> b, const double* __restrict__ edge_f, double* __restrict__ force) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= b.n) return;
+    const int i = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (i >= b.n) return; /* whole warps */
     const int ns = b.nbr_n[i];
-    double f[3] = {force[3 * (size_t)i], force[3 * (size_t)i + 1], force[3 * (size_t)i + 2]};
-    for (int k = 0; k < ns; k++) {
+    double f[3] = {0, 0, 0};
+    for (int k = lane; k < ns; k += 32) {
         const size_t e = (size_t)i * (b.cap + 1) + 1 + k;
         for (int c = 0; c < 3; c++) f[c] += edge_f[e * 3 + c];
         const int j = b.nbr_j[(size_t)i * b.cap + k];
@@ -1347,7 +1429,10 @@ template <typename real> __global__ void k_tn_gather(const TnBuf<real> b, const 
             for (int c = 0; c < 3; c++) f[c] -= edge_f[ej * 3 + c];
         }
     }
-    for (int c = 0; c < 3; c++) force[3 * (size_t)i + c] = f[c];
+    for (int o = 16; o > 0; o >>= 1)
+        for (int c = 0; c < 3; c++) f[c] += __shfl_down_sync(0xffffffffu, f[c], o);
+    if (lane == 0)
+        for (int c = 0; c < 3; c++) force[3 * (size_t)i + c] += f[c];
 }
 
 /* The forces (kJ/mol/nm or the plan's units) to the caller: plain doubles per atom, or added to
@@ -1602,7 +1687,8 @@ static size_t tn_smem_reals(const tn_member* m) {
     const size_t eb1 = W + 6 * F;
     const size_t eb2 = W + 15 * F + 3 * R + 4 * TN_EDGE_CHUNK * W;
     const size_t out = W + 21 * F + head_total + 2 * wide;
-    const size_t all[] = {embed, layer_b, b1, b2, eb1, eb2, out, F};
+    const size_t edges = 6 * TN_EDGE_CHUNK + 16; /* EdgeChunk */
+    const size_t all[] = {embed + edges, layer_b + edges, b1 + edges, b2 + edges, eb1, eb2 + edges, out, F};
     size_t n = 0;
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
         if (all[k] > n) n = all[k];
@@ -1828,8 +1914,8 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             k_tn_eb1<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
             chan(N.elt, true, b.S1, b.S2);
             k_tn_eb2<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
-            k_tn_edge_forces<real><<<(n + 127) / 128, 128, 0, stream>>>(b, scale * force_factor, s->edge_f);
-            k_tn_gather<real><<<(n + 127) / 128, 128, 0, stream>>>(b, s->edge_f, s->force);
+            k_tn_edge_forces<real><<<(unsigned)(((size_t)n * s->cap + 127) / 128), 128, 0, stream>>>(b, scale * force_factor, s->edge_f);
+            k_tn_gather<real><<<(unsigned)(((size_t)n * 32 + 127) / 128), 128, 0, stream>>>(b, s->edge_f, s->force);
         }
         if (forces)
             k_tn_forces_out<<<(n + 127) / 128, 128, 0, stream>>>(s->force, n, io->forces_format == NNP_FORCES_FIXED_POINT,
