@@ -140,6 +140,10 @@ template <typename real> struct TnBuf {
     const real* cq;     /* 1 + 0.1 q of each atom's batch */
     real *Xe, *X, *Yirr, *Mirr, *B, *dX, *gX, *gM, *gY, *fac, *gd, *gu;
     real *WT, *nrm, *h1, *h2, *xhat, *rstd, *gtn; /* the embedding's, kept for its backward pass */
+    real *ln, *a1, *gn; /* the norm MLP's input (backward: its gradient), first activation (g1), dE/dnrm's */
+    real *oxhat, *oy, *oyl, *oh, *orstd; /* the output's LayerNorm, MLP input, linear, its SiLU, 1/σ */
+    real *hpre, *hact, *gA, *gB; /* the head's pre-activations and activations (layer k at n · offset_k),
+                                    two gradients of up to n × wide */
     real *S1, *S2; /* 10F per atom: a channel linear's input and output */
     double* atom_e;
 };
@@ -626,6 +630,92 @@ __global__ void __launch_bounds__(128) k_tn_chan(const ChanW<real> W, int F, con
     }
 }
 
+/*
+ * Dense layers of all atoms as one GEMM: z[a][o] = Σ_k in[a][k] M[k][o] (+ bias[o]) for rows a < n,
+ * where M (kn × on, row-major) is a weight's transpose (forward: z = W x + b) or the weight itself
+ * (backward: z = Wᵀ g), then by EPI: out = z; out = z and out2 = SiLU(z) (a layer and its
+ * activation, the pre-activation kept); out = z · SiLU'(aux) (back through the previous layer's
+ * activation). A block computes 16 rows × 32 outputs: each warp 4 rows, each lane one output; k runs
+ * in chunks of 32 through shared memory, the next chunk's loads in flight while one is multiplied.
+ * Every output is one sum in k order, so the same inputs give the same bits.
+ */
+enum { TN_EPI_NONE = 0, TN_EPI_SILU = 1, TN_EPI_DSILU = 2 };
+template <typename real> struct RowsIO {
+    const real* M;
+    int kn, on;
+    const real* bias; /* on, or NULL */
+    const real* in;   /* rows of kn, ld_in apart */
+    real *out, *out2; /* rows of on, ld_out apart (out2: TN_EPI_SILU) */
+    const real* aux;  /* rows of on, ld_aux apart (TN_EPI_DSILU) */
+    int ld_in, ld_out, ld_aux;
+};
+template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_rows(const RowsIO<real> io, int n) {
+    typedef typename real4_of<real>::type real4;
+    constexpr int K = 32, RW = 4, NX = 16 * K / 128, NM = K * 32 / 128;
+    __shared__ __align__(16) real xs[16 * K];
+    __shared__ __align__(16) real ms[K * 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r0 = blockIdx.x * 16, o0 = blockIdx.y * 32, o = o0 + lane;
+    real acc[RW];
+#pragma unroll
+    for (int r = 0; r < RW; r++) acc[r] = 0;
+    real xr[NX], mr[NM];
+    /* thread (warp, lane) loads rows warp + 4r of the inputs at k0 + lane, and rows k0 + warp + 4r
+       of M at output o */
+    auto fetch = [&](int k0) {
+        const int k = k0 + lane;
+#pragma unroll
+        for (int r = 0; r < NX; r++) {
+            const int a = r0 + warp + 4 * r;
+            xr[r] = a < n && k < io.kn ? io.in[(size_t)a * io.ld_in + k] : real(0);
+        }
+#pragma unroll
+        for (int r = 0; r < NM; r++) {
+            const int kk = k0 + warp + 4 * r;
+            mr[r] = kk < io.kn && o < io.on ? io.M[(size_t)kk * io.on + o] : real(0);
+        }
+    };
+    fetch(0);
+    for (int k0 = 0; k0 < io.kn; k0 += K) {
+        __syncthreads(); /* the previous chunk has been read */
+#pragma unroll
+        for (int r = 0; r < NX; r++) xs[threadIdx.x + 128 * r] = xr[r];
+#pragma unroll
+        for (int r = 0; r < NM; r++) ms[threadIdx.x + 128 * r] = mr[r];
+        __syncthreads();
+        if (k0 + K < io.kn) fetch(k0 + K);
+#pragma unroll 2
+        for (int k = 0; k < K; k += 4) {
+            real w[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) w[j] = ms[(k + j) * 32 + lane];
+#pragma unroll
+            for (int r = 0; r < RW; r++) {
+                const real4 x = *(const real4*)(xs + (warp * RW + r) * K + k);
+                real s = acc[r];
+                s += w[0] * x.x;
+                s += w[1] * x.y;
+                s += w[2] * x.z;
+                s += w[3] * x.w;
+                acc[r] = s;
+            }
+        }
+    }
+    if (o >= io.on) return;
+#pragma unroll
+    for (int r = 0; r < RW; r++) {
+        const int a = r0 + warp * RW + r;
+        if (a >= n) continue;
+        const real z = acc[r] + (io.bias ? io.bias[o] : real(0));
+        if (EPI == TN_EPI_DSILU) {
+            io.out[(size_t)a * io.ld_out + o] = z * silu_d(io.aux[(size_t)a * io.ld_aux + o]);
+        } else {
+            io.out[(size_t)a * io.ld_out + o] = z;
+            if (EPI == TN_EPI_SILU) io.out2[(size_t)a * io.ld_out + o] = silu(z);
+        }
+    }
+}
+
 /* Z_ij = emb2(emb(z_i) ‖ emb(z_j)) split per element, once per plan (outside any evaluation):
    zp_z = W_p e_z + b, zq_z = W_q e_z for every row z of the embedding; one block per row. */
 template <typename real>
@@ -713,14 +803,14 @@ __device__ int edge_chunk(const TnNet<real>& N, const TnBuf<real>& b, int i, int
 
 /* The embedding, atom i (block): Xe_i = Σ_j embed_edge over its edges (the self loop included);
    the irreducible parts of Xe into S1 (for the channel linear elt), then the LayerNorm of |Xe|²
-   and the norm MLP nrm = SiLU(els₁ SiLU(els₀ ·)); kept for the backward pass: Xe, xhat, rstd, h1, h2. */
+   into ln, the input of the norm MLP nrm = SiLU(els₁ SiLU(els₀ ·)) (k_tn_rows); kept for the
+   backward pass: Xe, xhat, rstd. */
 template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embed(const TnNet<real> N, const TnBuf<real> b) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
     real* red = A.take(TN_THREADS / 32);
-    real *Xe = A.take(9 * F), *rb = A.take(N.R), *sq = A.take(F), *ln = A.take(F), *h1 = A.take(2 * F), *a = A.take(2 * F),
-         *h2 = A.take(3 * F);
+    real *Xe = A.take(9 * F), *rb = A.take(N.R), *sq = A.take(F);
     EdgeChunk<real> E;
     E.take(A);
     const int ns = 1 + b.nbr_n[i];
@@ -794,21 +884,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         const real xh = (sq[f] - mean) * r;
         b.xhat[(size_t)i * F + f] = xh;
-        ln[f] = xh * N.init_w[f] + N.init_b[f];
-    }
-    __syncthreads();
-    lin_fwd(N.els[0], ln, h1);
-    __syncthreads();
-    for (int q = threadIdx.x; q < 2 * F; q += TN_THREADS) {
-        a[q] = silu(h1[q]);
-        b.h1[(size_t)i * 2 * F + q] = h1[q];
-    }
-    __syncthreads();
-    lin_fwd(N.els[1], a, h2);
-    __syncthreads();
-    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
-        b.h2[(size_t)i * 3 * F + q] = h2[q];
-        b.nrm[(size_t)i * 3 * F + q] = silu(h2[q]);
+        b.ln[(size_t)i * F + f] = xh * N.init_w[f] + N.init_b[f];
     }
 }
 
@@ -921,25 +997,21 @@ template <typename real> __global__ void k_tn_update(const TnNet<real> N, const 
     }
 }
 
-/* The output: x = LayerNorm(3|I|², |A|², |S|²), h = SiLU(W x + b), the head, · std + atomref; the
-   atom's energy × scale added to atom_e; with forces, dE/dX of the last layer into gX. */
-template <typename real>
-__global__ void __launch_bounds__(TN_THREADS) k_tn_out(const TnNet<real> N, const TnBuf<real> b, double scale, int forces) {
+/* The output, part 1, atom i (block): the parts T of X^L (into S1, for part 2), x = (3|I|², |A|²,
+   |S|²) per channel and its LayerNorm over the 3F values: xhat, rstd kept, y = xhat · w + b the
+   input of the output MLP (k_tn_rows: SiLU(linear), the head). */
+template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_out_a(const TnNet<real> N, const TnBuf<real> b) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
-    const int i = blockIdx.x, F = N.F, H = N.H;
-    real* red = A.take(TN_THREADS / 32);
-    real *T = A.take(10 * F), *x = A.take(3 * F), *xhat = A.take(3 * F), *y = A.take(3 * F), *yl = A.take(F), *h = A.take(F);
-    int total = 0;
-    for (int k = 0; k < H; k++) total += N.head[k].n_out;
-    real *outs = A.take(total), *ga = A.take(N.wide), *gb = A.take(N.wide);
+    const int i = blockIdx.x, F = N.F;
+    real *red = A.take(TN_THREADS / 32), *x = A.take(3 * F);
     const real* X = b.X + ((size_t)N.L * b.n + i) * 9 * F;
     real part = 0;
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         real m[9], t[TN_NI];
         ld(X, F, f, m);
         decompose(m, t);
-        st(T, F, f, t);
+        st(b.S1 + (size_t)i * TN_NI * F, F, f, t);
         x[f] = real(3) * t[0] * t[0];
         x[F + f] = real(2) * (t[1] * t[1] + t[2] * t[2] + t[3] * t[3]);
         x[2 * F + f] = t[4] * t[4] + t[5] * t[5] + t[6] * t[6] + real(2) * (t[7] * t[7] + t[8] * t[8] + t[9] * t[9]);
@@ -947,77 +1019,60 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_out(const TnNet<real> N, cons
     }
     const real mean = block_sum(part, red) / real(3 * F);
     part = 0;
-    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
-        part += (x[q] - mean) * (x[q] - mean); /* x is complete: block_sum synchronised */
-    }
+    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) part += (x[q] - mean) * (x[q] - mean); /* block_sum synchronised */
     const real var = block_sum(part, red) / real(3 * F);
     const real rstd = real(1) / dsqrt(var + real(TN_LN_EPS));
+    if (threadIdx.x == 0) b.orstd[i] = rstd;
     for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
-        xhat[q] = (x[q] - mean) * rstd;
-        y[q] = xhat[q] * N.out_w[q] + N.out_b[q];
+        const real xh = (x[q] - mean) * rstd;
+        b.oxhat[(size_t)i * 3 * F + q] = xh;
+        b.oy[(size_t)i * 3 * F + q] = xh * N.out_w[q] + N.out_b[q];
     }
-    __syncthreads();
-    lin_fwd(N.linear, y, yl);
-    __syncthreads();
-    for (int k = threadIdx.x; k < F; k += TN_THREADS) h[k] = silu(yl[k]);
-    __syncthreads();
-    /* the head: outs holds each layer's pre-activation; ga the current layer's input */
-    const real* in = h;
-    int off = 0;
-    for (int k = 0; k < H; k++) {
-        lin_fwd(N.head[k], in, outs + off);
-        __syncthreads();
-        if (k < H - 1) {
-            for (int c = threadIdx.x; c < N.head[k].n_out; c += TN_THREADS) ga[c] = silu(outs[off + c]);
-            __syncthreads();
-            /* the next layer reads ga: copy it aside so that its output may not overwrite it */
-            for (int c = threadIdx.x; c < N.head[k].n_out; c += TN_THREADS) gb[c] = ga[c];
-            __syncthreads();
-            in = gb;
-        }
-        off += N.head[k].n_out;
-    }
-    const int z = b.z[i];
-    if (threadIdx.x == 0) {
-        const double e = (double)outs[off - 1] * (double)N.stdv + (N.atomref ? N.atomref[z] : 0.0);
-        b.atom_e[i] += scale * e;
-    }
-    if (!forces) return;
-    /* backward through the head: ga = dE/d(pre-activation) */
-    if (threadIdx.x == 0) ga[0] = N.stdv;
-    __syncthreads();
-    for (int k = H - 1; k >= 0; k--) {
-        off -= N.head[k].n_out;
-        lin_bwd(N.head[k], ga, gb); /* dE/d(input of layer k) */
-        __syncthreads();
-        const int n_in = N.head[k].n_in;
-        const real* pre = k > 0 ? outs + off - N.head[k - 1].n_out : yl;
-        for (int c = threadIdx.x; c < n_in; c += TN_THREADS) ga[c] = gb[c] * silu_d(pre[c]);
-        __syncthreads();
-    }
-    lin_bwd(N.linear, ga, gb); /* dE/dy, 3F */
-    part = 0;
-    real part2 = 0;
+}
+
+/* The atoms' energies from the head's last output (· std + atomref, × scale into atom_e), and with
+   forces dE/d(that output) = std into g. One thread per atom. */
+template <typename real>
+__global__ void k_tn_out_e(const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ last, real* __restrict__ g, double scale) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= b.n) return;
+    const int on = N.head[N.H - 1].n_out;
+    const double e = (double)last[(size_t)i * on + on - 1] * (double)N.stdv + (N.atomref ? N.atomref[b.z[i]] : 0.0);
+    b.atom_e[i] += scale * e;
+    if (g)
+        for (int c = 0; c < on; c++) g[(size_t)i * on + c] = c == on - 1 ? N.stdv : real(0);
+}
+
+/* The output backward, part 2, atom i (block): from dE/dy (gy) through the LayerNorm to dE/dX^L
+   (gX). */
+template <typename real>
+__global__ void __launch_bounds__(TN_THREADS) k_tn_out_b(const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ gy) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    Arena<real> A = {(real*)tn_smem};
+    const int i = blockIdx.x, F = N.F;
+    real *red = A.take(TN_THREADS / 32), *ga = A.take(3 * F);
+    const real *g = gy + (size_t)i * 3 * F, *xhat = b.oxhat + (size_t)i * 3 * F;
+    real part = 0, part2 = 0;
     for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
-        const real g = gb[q] * N.out_w[q];
-        part += g, part2 += g * xhat[q];
+        const real v = g[q] * N.out_w[q];
+        part += v, part2 += v * xhat[q];
     }
     const real m1 = block_sum(part, red) / real(3 * F);
     const real m2 = block_sum(part2, red) / real(3 * F);
-    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) ga[q] = rstd * (gb[q] * N.out_w[q] - m1 - xhat[q] * m2);
+    const real rstd = b.orstd[i];
+    for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) ga[q] = rstd * (g[q] * N.out_w[q] - m1 - xhat[q] * m2);
     __syncthreads();
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real t[TN_NI], gT[TN_NI], g[9];
-        ld(T, F, f, t);
+        real t[TN_NI], gT[TN_NI], gm[9];
+        ld(b.S1 + (size_t)i * TN_NI * F, F, f, t);
         gT[0] = real(6) * t[0] * ga[f];
         for (int c = 1; c <= 3; c++) gT[c] = real(4) * t[c] * ga[F + f];
         for (int c = 4; c <= 6; c++) gT[c] = real(2) * t[c] * ga[2 * F + f];
         for (int c = 7; c <= 9; c++) gT[c] = real(4) * t[c] * ga[2 * F + f];
-        decompose_adj(gT, g);
-        st(b.gX + (size_t)i * 9 * F, F, f, g);
+        decompose_adj(gT, gm);
+        st(b.gX + (size_t)i * 9 * F, F, f, gm);
     }
 }
-
 
 /* The parts of dE/d(dX) of layer l for its second channel linear, into S1, given dE/dX^{l+1}
    (gXo) of channel f of atom i: X^{l+1} = ... + dX + cq dX² gives gXo + cq (gXo dXᵀ + dXᵀ gXo). */
@@ -1227,45 +1282,45 @@ template <typename real> __global__ void k_tn_bx(const TnNet<real> N, const TnBu
     if (l > 0) update_back(b, F, l - 1, j, f, go);
 }
 
-/* Embedding backward part 1, atom i (block): from dE/dX⁰ (gX) to dE/dWT's parts (into S1, for the
-   channel linear elt's backward) and, through the norm MLP and the LayerNorm, dE/d|Xe|² (gtn). */
-template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb1(const TnNet<real> N, const TnBuf<real> b) {
-    extern __shared__ __align__(16) unsigned char tn_smem[];
-    Arena<real> A = {(real*)tn_smem};
-    const int i = blockIdx.x, F = N.F;
+/* Embedding backward part 1, atom channel (i, f): from dE/dX⁰ (gX) to dE/dWT's parts (into S1, for
+   the channel linear elt's backward) and dE/dnrm through its SiLU (gn, for the norm MLP's backward). */
+template <typename real> __global__ void k_tn_eb1(const TnNet<real> N, const TnBuf<real> b) {
+    const int F = N.F;
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= (size_t)b.n * F) return;
+    const int i = (int)(q / F), f = (int)(q % F);
     const size_t F10 = (size_t)TN_NI * F;
-    real* red = A.take(TN_THREADS / 32);
-    real *gn = A.take(3 * F), *g1 = A.take(2 * F), *gln = A.take(F);
-    const real *WT = b.WT + (size_t)i * F10, *nrm = b.nrm + (size_t)i * 3 * F, *h1 = b.h1 + (size_t)i * 2 * F,
-               *h2 = b.h2 + (size_t)i * 3 * F, *xhat = b.xhat + (size_t)i * F;
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real m[9], gx[TN_NI], gw[TN_NI];
-        ld(b.gX + (size_t)i * 9 * F, F, f, m);
-        compose_adj(m, gx);
-        real g3[3] = {0, 0, 0};
-        for (int c = 0; c < TN_NI; c++) {
-            const int q = part_of(c);
-            g3[q] += gx[c] * WT[c * F + f];
-            gw[c] = nrm[q * F + f] * gx[c];
-        }
-        st(b.S1 + (size_t)i * F10, F, f, gw);
-        for (int q = 0; q < 3; q++) gn[q * F + f] = g3[q] * silu_d(h2[q * F + f]);
+    const real *WT = b.WT + (size_t)i * F10, *nrm = b.nrm + (size_t)i * 3 * F, *h2 = b.h2 + (size_t)i * 3 * F;
+    real m[9], gx[TN_NI], gw[TN_NI];
+    ld(b.gX + (size_t)i * 9 * F, F, f, m);
+    compose_adj(m, gx);
+    real g3[3] = {0, 0, 0};
+    for (int c = 0; c < TN_NI; c++) {
+        const int p = part_of(c);
+        g3[p] += gx[c] * WT[c * F + f];
+        gw[c] = nrm[p * F + f] * gx[c];
     }
-    __syncthreads();
-    lin_bwd(N.els[1], gn, g1);
-    __syncthreads();
-    for (int q = threadIdx.x; q < 2 * F; q += TN_THREADS) g1[q] *= silu_d(h1[q]);
-    __syncthreads();
-    lin_bwd(N.els[0], g1, gln);
+    st(b.S1 + (size_t)i * F10, F, f, gw);
+    for (int p = 0; p < 3; p++) b.gn[(size_t)i * 3 * F + p * F + f] = g3[p] * silu_d(h2[p * F + f]);
+}
+
+/* The LayerNorm of |Xe|² backward, one warp per atom: from dE/dln (in ln) to dE/d|Xe|² (gtn). The
+   lanes' sums are added in a fixed tree order. */
+template <typename real> __global__ void k_tn_ln_back(const TnNet<real> N, const TnBuf<real> b) {
+    const int i = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32, F = N.F;
+    if (i >= b.n) return; /* whole warps */
+    const real *gln = b.ln + (size_t)i * F, *xhat = b.xhat + (size_t)i * F;
     real part = 0, part2 = 0;
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+    for (int f = lane; f < F; f += 32) {
         const real g = gln[f] * N.init_w[f];
         part += g, part2 += g * xhat[f];
     }
-    const real m1 = block_sum(part, red) / real(F);
-    const real m2 = block_sum(part2, red) / real(F);
-    const real rstd = b.rstd[i];
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) b.gtn[(size_t)i * F + f] = rstd * (gln[f] * N.init_w[f] - m1 - xhat[f] * m2);
+    for (int o = 16; o > 0; o >>= 1) {
+        part += __shfl_down_sync(0xffffffffu, part, o);
+        part2 += __shfl_down_sync(0xffffffffu, part2, o);
+    }
+    const real m1 = __shfl_sync(0xffffffffu, part, 0) / real(F), m2 = __shfl_sync(0xffffffffu, part2, 0) / real(F), rstd = b.rstd[i];
+    for (int f = lane; f < F; f += 32) b.gtn[(size_t)i * F + f] = rstd * (gln[f] * N.init_w[f] - m1 - xhat[f] * m2);
 }
 
 /* Embedding backward part 2, atom i (block), after the channel linear elt's backward (dE/dT's parts
@@ -1672,23 +1727,16 @@ static nnp_status tn_build_tables(const tn_model* tm, tn_cuda_state* s) {
 /* The largest dynamic shared memory any per-atom kernel takes (reals), for a member. */
 static size_t tn_smem_reals(const tn_member* m) {
     const size_t F = (size_t)m->F, R = (size_t)m->R;
-    size_t head_total = 0, wide = 3 * F;
-    for (int h = 0; h < m->n_head; h++) {
-        head_total += (size_t)m->head[h].n_out;
-        if ((size_t)m->head[h].n_out > wide) wide = (size_t)m->head[h].n_out;
-        if ((size_t)m->head[h].n_in > wide) wide = (size_t)m->head[h].n_in;
-    }
     /* each take() rounds up to 2: at most 1 more per array, counted as + 16 below */
     const size_t W = TN_THREADS / 32;
-    const size_t embed = W + 18 * F + R;
+    const size_t embed = W + 10 * F + R;
     const size_t layer_b = 21 * F + R;
     const size_t b1 = W + 17 * F + 3 * R + TN_EDGE_CHUNK * W;
     const size_t b2 = 10 * F;
-    const size_t eb1 = W + 6 * F;
     const size_t eb2 = W + 15 * F + 3 * R + 4 * TN_EDGE_CHUNK * W;
-    const size_t out = W + 21 * F + head_total + 2 * wide;
+    const size_t out = W + 3 * F;
     const size_t edges = 6 * TN_EDGE_CHUNK + 16; /* EdgeChunk */
-    const size_t all[] = {embed + edges, layer_b + edges, b1 + edges, b2 + edges, eb1, eb2 + edges, out, F};
+    const size_t all[] = {embed + edges, layer_b + edges, b1 + edges, b2 + edges, eb2 + edges, out, F};
     size_t n = 0;
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
         if (all[k] > n) n = all[k];
@@ -1700,10 +1748,10 @@ template <typename real> static void tn_configure(size_t smem) {
     cudaFuncSetAttribute(k_tn_z<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_tn_embed<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_tn_layer_b<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_tn_out<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_tn_out_a<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_tn_out_b<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_tn_b1<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_tn_b2<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_tn_eb1<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_tn_eb2<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
@@ -1785,8 +1833,20 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     TN_ALLOC(s->edge_f, 3 * E * sizeof(double));
     TN_ALLOC(s->base.batch_energy, (size_t)(nb > 0 ? nb : 1) * sizeof(double));
     /* per-atom and per-edge buffers: Xe 9F; X (L+1)·9F; Yirr, Mirr L·10F; B, dX L·9F; gX 9F; gM, gY
-       10F; WT 10F, nrm 3F, h1 2F, h2 3F, xhat F, gtn F, S1, S2 10F, rstd 1; fac E·3F; gd E; gu 3E */
-    const size_t atom_reals = N * (Fz * (9 + (size_t)(L + 1) * 9 + (size_t)L * 38 + 9 + 20 + 10 + 3 + 2 + 3 + 1 + 1 + 20) + 1) +
+       10F; WT 10F, nrm 3F, h1 2F, h2 3F, xhat F, gtn F, S1, S2 10F, ln F, a1 2F, gn 3F, rstd 1; fac E·3F;
+       gd E; gu 3E; the output's oxhat, oy 3F, oyl, oh F, orstd 1, the head's hpre, hact, gA, gB (head) */
+    size_t head = 0;
+    for (int k = s->first; k < s->last; k++) {
+        const tn_member* m = &tm->members[k];
+        size_t total = 0, wide = 3 * (size_t)m->F;
+        for (int h = 0; h < m->n_head; h++) {
+            total += (size_t)m->head[h].n_out;
+            if ((size_t)m->head[h].n_out > wide) wide = (size_t)m->head[h].n_out;
+            if ((size_t)m->head[h].n_in > wide) wide = (size_t)m->head[h].n_in;
+        }
+        if (2 * total + 2 * wide > head) head = 2 * total + 2 * wide;
+    }
+    const size_t atom_reals = N * (Fz * (9 + (size_t)(L + 1) * 9 + (size_t)L * 38 + 9 + 20 + 10 + 3 + 2 + 3 + 1 + 1 + 20 + 6 + 8) + 2 + head) +
                               (s->tables ? 0 : E * 3 * Fz); /* fac: the tables replace it */
     s->edge_bytes = 4 * E * sizeof(real);
     s->work_bytes = atom_reals * sizeof(real) + s->edge_bytes;
@@ -1847,7 +1907,21 @@ template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, c
     b.gtn = p, p += n * F;
     b.S1 = p, p += n * 10 * F;
     b.S2 = p, p += n * 10 * F;
+    b.ln = p, p += n * F;
+    b.a1 = p, p += n * 2 * F;
+    b.gn = p, p += n * 3 * F;
     b.rstd = p, p += n;
+    b.oxhat = p, p += n * 3 * F;
+    b.oy = p, p += n * 3 * F;
+    b.oyl = p, p += n * F;
+    b.oh = p, p += n * F;
+    b.orstd = p, p += n;
+    size_t head_total = 0;
+    for (int k = 0; k < N.H; k++) head_total += (size_t)N.head[k].n_out;
+    b.hpre = p, p += n * head_total;
+    b.hact = p, p += n * head_total;
+    b.gA = p, p += n * (size_t)N.wide;
+    b.gB = p, p += n * (size_t)N.wide;
     b.fac = p;
     b.gd = (real*)s->gd;
     b.gu = b.gd + E;
@@ -1891,7 +1965,22 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 else
                     k_tn_chan<real, 1><<<dim3((n + 3) / 4, (N.F + 31) / 32), 128, 0, stream>>>(M, N.F, in, out, n);
             };
+            /* z = L x (+ b) per atom (forward) or Lᵀ g (backward), then EPI (k_tn_rows) */
+            auto rows = [&](const Lin<real>& Lw, bool backward, int epi, const real* in, real* out, real* out2, const real* aux) {
+                RowsIO<real> io;
+                io.M = backward ? Lw.w : Lw.wt;
+                io.kn = backward ? Lw.n_out : Lw.n_in, io.on = backward ? Lw.n_in : Lw.n_out;
+                io.bias = backward ? NULL : Lw.b;
+                io.in = in, io.out = out, io.out2 = out2, io.aux = aux;
+                io.ld_in = io.kn, io.ld_out = io.on, io.ld_aux = io.on;
+                const dim3 grid((n + 15) / 16, (io.on + 31) / 32);
+                if (epi == TN_EPI_SILU) k_tn_rows<real, TN_EPI_SILU><<<grid, 128, 0, stream>>>(io, n);
+                else if (epi == TN_EPI_DSILU) k_tn_rows<real, TN_EPI_DSILU><<<grid, 128, 0, stream>>>(io, n);
+                else k_tn_rows<real, TN_EPI_NONE><<<grid, 128, 0, stream>>>(io, n);
+            };
             k_tn_embed<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            rows(N.els[0], false, TN_EPI_SILU, b.ln, b.h1, b.a1, NULL);
+            rows(N.els[1], false, TN_EPI_SILU, b.a1, b.h2, b.nrm, NULL);
             chan(N.elt, false, b.S1, b.WT);
             k_tn_x0<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b);
             for (int l = 0; l < N.L; l++) {
@@ -1900,8 +1989,25 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 chan(Ly[l].llt + 3, false, b.S1, b.S2);
                 k_tn_update<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b, l);
             }
-            k_tn_out<real><<<n, TN_THREADS, s->smem, stream>>>(N, b, scale, forces);
+            /* the output: LayerNorm, SiLU(linear), the head (SiLU between its layers), the energies */
+            k_tn_out_a<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            rows(N.linear, false, TN_EPI_SILU, b.oy, b.oyl, b.oh, NULL);
+            size_t off[TN_MAX_HEAD];
+            for (int h = 0, o = 0; h < N.H; o += N.head[h].n_out, h++) off[h] = (size_t)o * n;
+            for (int h = 0; h < N.H; h++)
+                rows(N.head[h], false, h < N.H - 1 ? TN_EPI_SILU : TN_EPI_NONE, h == 0 ? b.oh : b.hact + off[h - 1], b.hpre + off[h],
+                     b.hact + off[h], NULL);
+            k_tn_out_e<real><<<(n + 127) / 128, 128, 0, stream>>>(N, b, b.hpre + off[N.H - 1], forces ? b.gA : (real*)NULL, scale);
             if (!forces) continue;
+            /* the output backward: the head, the linear, the LayerNorm */
+            real *g = b.gA, *g2 = b.gB;
+            for (int h = N.H - 1; h >= 0; h--) {
+                rows(N.head[h], true, TN_EPI_DSILU, g, g2, NULL, h > 0 ? b.hpre + off[h - 1] : b.oyl);
+                real* t = g;
+                g = g2, g2 = t;
+            }
+            rows(N.linear, true, TN_EPI_NONE, g, g2, NULL, NULL);
+            k_tn_out_b<real><<<n, TN_THREADS, s->smem, stream>>>(N, b, g2);
             CUDA_TRY(cudaMemsetAsync(s->gd, 0, s->edge_bytes, stream));
             k_tn_bt<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b, N.L - 1);
             for (int l = N.L - 1; l >= 0; l--) {
@@ -1911,7 +2017,10 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 chan(Ly[l].llt, true, b.S1, b.S2);
                 k_tn_bx<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b, l);
             }
-            k_tn_eb1<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            k_tn_eb1<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b);
+            rows(N.els[1], true, TN_EPI_DSILU, b.gn, b.a1, NULL, b.h1); /* a1: dE/dh1 */
+            rows(N.els[0], true, TN_EPI_NONE, b.a1, b.ln, NULL, NULL);  /* ln: dE/dln */
+            k_tn_ln_back<real><<<(unsigned)(((size_t)n * 32 + 127) / 128), 128, 0, stream>>>(N, b);
             chan(N.elt, true, b.S1, b.S2);
             k_tn_eb2<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
             k_tn_edge_forces<real><<<(unsigned)(((size_t)n * s->cap + 127) / 128), 128, 0, stream>>>(b, scale * force_factor, s->edge_f);
