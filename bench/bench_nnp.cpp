@@ -3,6 +3,8 @@
  * drug-like molecules (one batch each), launched eagerly and replayed from a CUDA graph of whole
  * steps, plus the stage breakdown of libnnp's evaluation (nnp_plan_set_cuda_profiling) for the same atoms.
  *   bench_nnp SHARED_DIR [--model=PATH] [sizes...]
+ * A size is N (the first N drug-like molecules), PATH.xyz (its atoms as one batch; periodic with a
+ * Lattice) or K*PATH.xyz (K copies of it, one batch each).
  * Reports µs/step, ns/day at 1 fs, molecule-steps/s, atom-steps/s and the per-batch reduction's share,
  * and the host's own time to launch one eager step.
  */
@@ -20,11 +22,13 @@ int main(int argc, char** argv) {
     }
     printf("%9s %7s | %10s %10s | %9s %9s %12s %12s | %6s\n", "molecules", "atoms", "eager µs", "graph µs",
            "speedup", "ns/day", "mol-steps/s", "atom-steps/s", "reduce");
-    for (int count : bench.sizes) {
-        vector<string> chosen = chooseMolecules(shared, count);
+    for (const string& token : bench.tokens) {
+        int copies;
+        vector<string> chosen = moleculesOf(shared, token, &copies);
         System system;
         vector<int> zs, batches;
-        vector<Vec3> positions = addMolecules(system, new NNPForce(model), chosen, &zs, &batches);
+        vector<Vec3> positions = addMolecules(system, new NNPForce(model), chosen, &zs, &batches, copies);
+        const size_t molecules = chosen.size() * copies;
         int atoms = system.getNumParticles();
         VerletIntegrator integrator(0.001);
         Context context(system, integrator, platform, {{"Precision", "mixed"}});
@@ -124,8 +128,9 @@ int main(int argc, char** argv) {
         }
         printf("          host time to launch one eager step (not waiting for the GPU): %.1f µs\n", host);
         double perSecond = 1e6 / graph;
-        printf("%9zu %7d | %10.1f %10.1f | %8.2fx %9.1f %12.0f %12.3g | %5.2f%%\n", chosen.size(), atoms, eager, graph,
-               eager / graph, perSecond * 86400 * 1e-6, perSecond * chosen.size(), perSecond * atoms, share);
+        printf("%9zu %7d | %10.1f %10.1f | %8.2fx %9.1f %12.0f %12.3g | %5.2f%%%s%s\n", molecules, atoms, eager, graph,
+               eager / graph, perSecond * 86400 * 1e-6, perSecond * molecules, perSecond * atoms, share,
+               token.find(".xyz") != string::npos ? "  " : "", token.find(".xyz") != string::npos ? token.c_str() : "");
         fflush(stdout);
     }
     return 0;

@@ -6,8 +6,6 @@ import sys
 
 import numpy as np
 
-from openmmnnp import torchmdnet
-
 
 def checkpoint(F=128, layers=2, R=32, max_z=54, cutoff=5.0, seed=7):
     rng = np.random.default_rng(seed)
@@ -58,4 +56,6 @@ if __name__ == "__main__":
     if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
     layers = int(sys.argv[2]) if len(sys.argv) == 3 else 2
+    from openmmnnp import torchmdnet  # here: bench/torchmdnet_peer.py imports checkpoint() without openmmnnp
+
     torchmdnet.convert([checkpoint(layers=layers)], sys.argv[1], out=sys.stdout)

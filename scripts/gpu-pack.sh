@@ -51,4 +51,6 @@ if [ -d "$pybuild/openmmnnp" ] && [ -x "$pyexe" ]; then
 else
   echo "gpu-pack: no built Python module at $pybuild (run scripts/setup.sh): the TensorNet CUDA test will lack its models" >&2
 fi
+# torchmd-net 2.6.2's pure-Python sdist, for the side-by-side benchmark (bench/torchmdnet_peer.py)
+python3 -m pip download -q --no-deps --no-binary :all: -d "$d" torchmd-net==2.6.2
 du -sh "$d"

@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -212,6 +212,31 @@ for step in "${steps[@]}"; do
   bench-tensornet)
     [ -f "$d/tensornet-bench.nnpm" ] || xz -dc "$d/tensornet-bench.nnpm.xz" > "$d/tensornet-bench.nnpm"
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_nnp" "$d/shared" --model="$d/tensornet-bench.nnpm" ${BENCH_SIZES:-1 10 100} 2>&1 | tee "$out/bench-tensornet.txt" ;;
+  drift-tensornet)
+    # NVE drift of DRIFT_MOLECULES (default 100) drug-like molecules with the AceFF-sized benchmark model
+    [ -f "$d/tensornet-bench.nnpm" ] || xz -dc "$d/tensornet-bench.nnpm.xz" > "$d/tensornet-bench.nnpm"
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 500 "$root/build-gpu/platforms/cuda/TestCudaTensorNet" "$d/tensornet-bench.nnpm" \
+      "${DRIFT_MOLECULES:-100}" > "$out/drift-tensornet.txt" 2>&1
+    echo "TestCudaTensorNet with drift: exit $?"; tail -n 4 "$out/drift-tensornet.txt" ;;
+  peer-tensornet)
+    # torchmd-net beside the plugin in one call, on the same model (bench/make_tensornet_model.py) and
+    # systems: 1, 10, 100 copies of the 22-atom molecule and a 258-water cluster (bench/make_waters.py);
+    # then the plugin alone on a periodic box of 1,728 waters and PEER_SIZES drug-like sets (default 100 837).
+    [ -f "$d/tensornet-bench.nnpm" ] || xz -dc "$d/tensornet-bench.nnpm.xz" > "$d/tensornet-bench.nnpm"
+    w="$d/waters"
+    python3 "$root/bench/make_waters.py" "$w" > /dev/null
+    m="$d/shared/molecules/druglike/drugbank-0030.xyz"
+    peer=("1*$m" "10*$m" "100*$m" "$w/water-cluster-258.xyz")
+    t="$d/tmdn"
+    if [ ! -d "$t/torchmd_net-2.6.2" ] && ls "$d"/torchmd_net-2.6.2.tar.gz > /dev/null 2>&1; then
+      mkdir -p "$t/ase/calculators" && tar xzf "$d/torchmd_net-2.6.2.tar.gz" -C "$t"
+      # torchmdnet.calculators imports ase for its ASE calculator only; a stand-in is enough for External
+      touch "$t/ase/__init__.py" "$t/ase/calculators/__init__.py"
+      printf 'all_changes = []\n\n\nclass Calculator:\n    pass\n' > "$t/ase/calculators/calculator.py"
+    fi
+    PYTHONPATH="$t/torchmd_net-2.6.2:$t" timeout 400 python3 "$root/bench/torchmdnet_peer.py" "${peer[@]}" 2>&1 | grep -v Warning | tee "$out/peer-torchmdnet.txt"
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_nnp" "$d/shared" --model="$d/tensornet-bench.nnpm" \
+      "${peer[@]}" "$w/water-box-12.xyz" ${PEER_SIZES:-100 837} 2>&1 | tee "$out/peer-plugin.txt" ;;
   bench)
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-} 2>&1 | tee "$out/bench.txt" ;;
   esac

@@ -1,8 +1,9 @@
 /* A TensorNet NNPForce on the CUDA platform against the Reference platform (energy, forces, per-batch
    energies of charged batches, in mixed and double precision), a changed charge reaching the running
    Context, and NNPVerletIntegrator / NNPLangevinIntegrator replaying whole steps from CUDA graphs
-   (energy conserved under Verlet, equal to a plain VerletIntegrator's first steps).
-     TestCudaTensorNet MODEL.nnpm   (a converted TensorNet test checkpoint) */
+   (energy conserved under Verlet, equal to a plain VerletIntegrator's first steps); with N, also
+   the NVE drift of N drug-like molecules (one batch each) over 0.5 ps.
+     TestCudaTensorNet MODEL.nnpm [N]   (a converted TensorNet checkpoint) */
 #include "NNPIntegrators.h"
 #include "TestHelpers.h"
 
@@ -109,16 +110,59 @@ static void integrators(const string& model) {
     CHECK(std::isfinite(e));
 }
 
+/* NVE of the first n drug-like molecules (one batch each, 3 nm apart) with NNPVerletIntegrator, mixed
+   precision, 2,000 steps of 0.25 fs from 300 K: the drift (a line fitted to the total energy every
+   20 steps) per atom, and the largest excursion, which must stay under 2% of the kinetic energy. */
+static void drift(const string& model, int n) {
+    vector<Molecule> mols;
+    char name[64];
+    for (int k = 1; (int)mols.size() < n && k < 10000; k++) {
+        snprintf(name, sizeof name, "molecules/druglike/drugbank-%04d.xyz", k);
+        if (!exists(sharedPath(name))) continue;
+        mols.push_back(readXyz(name));
+        const int b = (int)mols.size() - 1;
+        for (Vec3& p : mols.back().pos) p += Vec3(3.0 * (b % 10), 3.0 * (b / 10 % 10), 3.0 * (b / 100));
+    }
+    System system;
+    vector<Vec3> positions;
+    buildSystem(system, positions, mols, model);
+    NNPVerletIntegrator nnp(0.00025);
+    Context c(system, nnp, Platform::getPlatformByName("CUDA"), {{"Precision", "mixed"}});
+    c.setPositions(positions);
+    c.setVelocitiesToTemperature(300, 11);
+    const int steps = 2000, every = 20;
+    vector<double> t, e;
+    double kinetic = 0;
+    for (int k = 0; k <= steps / every; k++) {
+        if (k > 0) nnp.step(every);
+        State s = c.getState(State::Energy);
+        if (k == 0) kinetic = s.getKineticEnergy();
+        t.push_back(k * every * 0.00025), e.push_back(s.getPotentialEnergy() + s.getKineticEnergy());
+    }
+    double tm = 0, em = 0, stt = 0, ste = 0, largest = 0;
+    for (size_t k = 0; k < t.size(); k++) tm += t[k] / t.size(), em += e[k] / t.size();
+    for (size_t k = 0; k < t.size(); k++) {
+        stt += (t[k] - tm) * (t[k] - tm), ste += (t[k] - tm) * (e[k] - em);
+        largest = std::max(largest, std::fabs(e[k] - e[0]));
+    }
+    const double slope = ste / stt; /* kJ/mol per ps */
+    std::cout << "NVE, " << mols.size() << " molecules (" << positions.size() << " atoms), " << steps
+              << " steps of 0.25 fs, mixed: drift " << std::setprecision(3) << slope << " kJ/mol/ps (" << slope / positions.size()
+              << " per atom), largest total-energy change " << largest << " kJ/mol (kinetic " << kinetic << ")" << std::endl;
+    CHECK(largest < 0.02 * kinetic);
+}
+
 int main(int argc, char** argv) {
     try {
-        if (argc != 2) {
-            std::cerr << "usage: TestCudaTensorNet MODEL.nnpm" << std::endl;
+        if (argc != 2 && argc != 3) {
+            std::cerr << "usage: TestCudaTensorNet MODEL.nnpm [N]" << std::endl;
             return 2;
         }
         if (!platformAvailable("IntegrateNNPStep")) return 77;
         compareWithReference(argv[1], "mixed");
         compareWithReference(argv[1], "double");
         integrators(argv[1]);
+        if (argc == 3) drift(argv[1], atoi(argv[2]));
     } catch (const std::exception& e) {
         std::cout << "exception: " << e.what() << std::endl;
         return 1;

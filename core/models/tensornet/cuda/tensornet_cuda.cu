@@ -631,6 +631,96 @@ __global__ void __launch_bounds__(128) k_tn_chan(const ChanW<real> W, int F, con
 }
 
 /*
+ * float32: the channel linears on the tensor cores, in three TF32 products per term (3xTF32: x =
+ * x_hi + x_lo, both TF32; x·w ≈ x_lo·w_hi + x_hi·w_lo + x_hi·w_hi, float32-class accuracy). Each
+ * part p is its own GEMM over its rows (atom a, component c of p: n, 3n, 6n rows) against M_p, as in
+ * k_tn_chan; blockIdx.z is the part. A block computes 64 rows × 32 outputs, each warp 16 rows with
+ * mma.m16n8k8 (4 tiles of 8 outputs); k runs in chunks of 32 through shared memory (rows padded
+ * against bank conflicts), the next chunk's loads in flight while one is multiplied. The tensor
+ * cores' sums come in a fixed order, so the same inputs give the same bits.
+ */
+__device__ __forceinline__ unsigned tf32_hi(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out, int n) {
+    constexpr int K = 32, AP = K + 4, BP = 32 + 8, NX = 64 * K / 128, NM = K * 32 / 128;
+    __shared__ __align__(16) float as[64 * AP];
+    __shared__ __align__(16) float bs[K * BP];
+    const int p = blockIdx.z, nc = p == 0 ? 1 : (p == 1 ? 3 : 6), c0 = p == 0 ? 0 : (p == 1 ? 1 : 4);
+    const int rows = n * nc, r0 = blockIdx.x * 64, o0 = blockIdx.y * 32;
+    if (r0 >= rows) return; /* the grid covers the largest part */
+    const float* M = p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2]);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const size_t F10 = (size_t)TN_NI * F;
+    float xr[NX], mr[NM];
+    /* thread (warp, lane) loads rows warp + 4r at k0 + lane, and M's rows k0 + warp + 4r at o0 + lane */
+    auto fetch = [&](int k0) {
+        const int k = k0 + lane, o = o0 + lane;
+#pragma unroll
+        for (int r = 0; r < NX; r++) {
+            const int row = r0 + warp + 4 * r, a = row / nc, c = c0 + row % nc;
+            xr[r] = row < rows && k < F ? in[(size_t)a * F10 + (size_t)c * F + k] : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < NM; r++) {
+            const int kk = k0 + warp + 4 * r;
+            mr[r] = kk < F && o < F ? M[(size_t)kk * F + o] : 0.0f;
+        }
+    };
+    float acc[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) acc[j][q] = 0;
+    fetch(0);
+    for (int k0 = 0; k0 < F; k0 += K) {
+        __syncthreads(); /* the previous chunk has been read */
+#pragma unroll
+        for (int r = 0; r < NX; r++) as[(warp + 4 * r) * AP + lane] = xr[r];
+#pragma unroll
+        for (int r = 0; r < NM; r++) bs[(warp + 4 * r) * BP + lane] = mr[r];
+        __syncthreads();
+        if (k0 + K < F) fetch(k0 + K);
+#pragma unroll
+        for (int ks = 0; ks < K; ks += 8) {
+            const float* A0 = as + (16 * warp + g) * AP + ks + t;
+            const float x[4] = {A0[0], A0[8 * AP], A0[4], A0[8 * AP + 4]};
+            unsigned ahi[4], alo[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) ahi[q] = tf32_hi(x[q]), alo[q] = tf32_hi(x[q] - __uint_as_float(ahi[q]));
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float w0 = bs[(ks + t) * BP + 8 * j + g], w1 = bs[(ks + t + 4) * BP + 8 * j + g];
+                const unsigned h0 = tf32_hi(w0), h1 = tf32_hi(w1);
+                const unsigned l0 = tf32_hi(w0 - __uint_as_float(h0)), l1 = tf32_hi(w1 - __uint_as_float(h1));
+                mma_tf32(acc[j], alo, h0, h1);
+                mma_tf32(acc[j], ahi, l0, l1);
+                mma_tf32(acc[j], ahi, h0, h1);
+            }
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = r0 + 16 * warp + g + 8 * h;
+        if (row >= rows) continue;
+        float* o_row = out + (size_t)(row / nc) * F10 + (size_t)(c0 + row % nc) * F;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int o = o0 + 8 * j + 2 * t;
+            if (o < F) o_row[o] = acc[j][2 * h];
+            if (o + 1 < F) o_row[o + 1] = acc[j][2 * h + 1];
+        }
+    }
+}
+
+/*
  * Dense layers of all atoms as one GEMM: z[a][o] = Σ_k in[a][k] M[k][o] (+ bias[o]) for rows a < n,
  * where M (kn × on, row-major) is a weight's transpose (forward: z = W x + b) or the weight itself
  * (backward: z = Wᵀ g), then by EPI: out = z; out = z and out2 = SiLU(z) (a layer and its
@@ -1735,7 +1825,7 @@ static size_t tn_smem_reals(const tn_member* m) {
     const size_t b2 = 10 * F;
     const size_t eb2 = W + 15 * F + 3 * R + 4 * TN_EDGE_CHUNK * W;
     const size_t out = W + 3 * F;
-    const size_t edges = 6 * TN_EDGE_CHUNK + 16; /* EdgeChunk */
+    const size_t edges = 8 * TN_EDGE_CHUNK + 2 + 7; /* EdgeChunk: j, zj, slot, g, t, u (3), count (2); rounding */
     const size_t all[] = {embed + edges, layer_b + edges, b1 + edges, b2 + edges, eb2 + edges, out, F};
     size_t n = 0;
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
@@ -1960,7 +2050,9 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             auto chan = [&](const Lin<real>* W, bool backward, const real* in, real* out) {
                 ChanW<real> M;
                 for (int q = 0; q < 3; q++) M.m[q] = backward ? W[q].w : W[q].wt;
-                if (n >= TN_GEMM_WIDE_ATOMS)
+                if constexpr (sizeof(real) == sizeof(float))
+                    k_tn_chan_tc<<<dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3), 128, 0, stream>>>(M, N.F, in, out, n);
+                else if (n >= TN_GEMM_WIDE_ATOMS) /* float64 */
                     k_tn_chan<real, 2><<<dim3((n + 7) / 8, (N.F + 31) / 32), 128, 0, stream>>>(M, N.F, in, out, n);
                 else
                     k_tn_chan<real, 1><<<dim3((n + 3) / 4, (N.F + 31) / 32), 128, 0, stream>>>(M, N.F, in, out, n);
