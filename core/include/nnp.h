@@ -191,11 +191,27 @@ NNP_API nnp_status nnp_plan_set_units(nnp_plan* plan, nnp_units units);
 typedef enum nnp_precision { NNP_PRECISION_SINGLE = 0, NNP_PRECISION_DOUBLE = 1 } nnp_precision;
 /**
  * Arithmetic of the CPU evaluation (default NNP_PRECISION_DOUBLE, exact). NNP_PRECISION_SINGLE
- * runs ANI's networks in float32 on SIMD (AVX-512, AVX2 or SSE2, chosen at run time by the CPU's
- * features) with the AEV, its backward pass, the atom and batch energies and the forces in float64;
+ * runs ANI's networks in float32 on SIMD (AVX-512F, AVX2 or SSE2: nnp_plan_set_cpu_simd, by default
+ * the widest the CPU runs) with the AEV, its backward pass, the atom and batch energies and the forces in float64;
  * results stay independent of the thread count. TensorNet's CPU evaluation is double either way.
  */
 NNP_API nnp_status nnp_plan_set_cpu_precision(nnp_plan* plan, nnp_precision precision);
+
+typedef enum nnp_cpu_simd {
+    NNP_CPU_SIMD_AUTO = 0,     /* the widest the CPU runs (the default) */
+    NNP_CPU_SIMD_BASELINE = 1, /* the build's baseline (x86-64: SSE2) */
+    NNP_CPU_SIMD_AVX2 = 2,
+    NNP_CPU_SIMD_AVX512 = 3    /* AVX-512F */
+} nnp_cpu_simd;
+/**
+ * The instruction set of the float32 CPU evaluation's networks (NNP_PRECISION_SINGLE): a choice of
+ * speed only, every level gives the same bits (no fused multiply-adds; each atom's sums in one
+ * order). AUTO picks nnp_cpu_simd_available(). A level the CPU or this build does not run is
+ * refused (NNP_ERR_UNSUPPORTED), as is an unknown value (NNP_ERR_INVALID_ARGUMENT).
+ */
+NNP_API nnp_status nnp_plan_set_cpu_simd(nnp_plan* plan, nnp_cpu_simd simd);
+/** The widest instruction set of the float32 CPU evaluation that this CPU and build run. */
+NNP_API nnp_cpu_simd nnp_cpu_simd_available(void);
 
 /**
  * CPU evaluation (double precision unless nnp_plan_set_cpu_precision says otherwise).

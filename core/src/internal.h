@@ -102,6 +102,7 @@ struct nnp_plan {
     int32_t* batch_start; /* n_batches + 1 offsets into order */
     int32_t n_threads;    /* CPU evaluation threads; 0: NNP_NUM_THREADS or all cores */
     int cpu_precision;    /* nnp_precision of the CPU evaluation (default double) */
+    int cpu_simd;         /* nnp_cpu_simd of its float32 networks (default AUTO) */
     double* pos;          /* CPU evaluation scratch: 3 × n_atoms, the model's length unit */
     /* CUDA evaluation */
     int32_t* particles;   /* particle index per atom, or NULL for the identity */

@@ -13,6 +13,7 @@ nnp_status nnp_plan_create(const nnp_model* model, nnp_plan** out) {
     plan->units = NNP_UNITS_ANGSTROM_HARTREE;
     plan->cuda_dirty = 1;
     plan->cpu_precision = NNP_PRECISION_DOUBLE;
+    plan->cpu_simd = NNP_CPU_SIMD_AUTO;
     nnp_cuda_tuning_defaults(&plan->cuda_tuning);
     *out = plan;
     return NNP_OK;
@@ -177,6 +178,18 @@ nnp_status nnp_plan_set_cpu_precision(nnp_plan* plan, nnp_precision precision) {
     if (precision != NNP_PRECISION_SINGLE && precision != NNP_PRECISION_DOUBLE)
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "unknown precision %d", (int)precision);
     plan->cpu_precision = precision;
+    return NNP_OK;
+}
+
+nnp_status nnp_plan_set_cpu_simd(nnp_plan* plan, nnp_cpu_simd simd) {
+    if (plan == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_plan_set_cpu_simd: plan is NULL");
+    if (simd < NNP_CPU_SIMD_AUTO || simd > NNP_CPU_SIMD_AVX512)
+        return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "unknown CPU instruction set %d", (int)simd);
+    static const char* const names[] = {"auto", "baseline", "AVX2", "AVX-512F"};
+    if (simd > nnp_cpu_simd_available())
+        return nnp_fail(NNP_ERR_UNSUPPORTED, "this CPU (or this build) does not run %s; the widest it runs is %s", names[simd],
+                        names[nnp_cpu_simd_available()]);
+    plan->cpu_simd = simd;
     return NNP_OK;
 }
 

@@ -2,7 +2,10 @@
  * The CPU evaluation with float32 networks (nnp_plan_set_cpu_precision single) against the double
  * one: ANI-2x on drug-like molecules and copies with S, F and Cl (every element), free and in a
  * periodic box; per-batch energies within 1e-8 relative, forces within 1e-5 relative RMS; 1, 2 and
- * all threads give the same bits; energy alone equals the energy with forces.
+ * all threads give the same bits; energy alone equals the energy with forces. Each instruction set
+ * this CPU runs (nnp_plan_set_cpu_simd: the baseline, AVX2, AVX-512F) is checked so, whatever the
+ * widest is, and gives the baseline's bits; AUTO equals the widest; a wider one than the CPU runs is
+ * refused.
  */
 #include "test.h"
 
@@ -38,38 +41,60 @@ int main(void) {
         free_molecule(&m);
     }
     const int32_t nb = NMOL;
+    const nnp_cpu_simd widest = nnp_cpu_simd_available();
+    static const char* const simd_names[] = {"auto", "baseline", "AVX2", "AVX-512F"};
+    printf("widest instruction set of this CPU and build: %s\n", simd_names[widest]);
     for (int periodic = 0; periodic < 2; periodic++) {
         const double box[9] = {40, 0, 0, 0, 40, 0, 0, 0, 40};
-        nnp_plan *dbl, *sgl;
+        nnp_plan* dbl;
         CHECK_OK(nnp_plan_create(model, &dbl));
-        CHECK_OK(nnp_plan_create(model, &sgl));
         CHECK_OK(nnp_plan_set_atoms(dbl, n, z, batch));
-        CHECK_OK(nnp_plan_set_atoms(sgl, n, z, batch));
-        CHECK_OK(nnp_plan_set_cpu_precision(sgl, NNP_PRECISION_SINGLE));
-        double e_d, e_s, *b_d = malloc(sizeof(double) * nb), *b_s = malloc(sizeof(double) * nb);
-        double *f_d = malloc(sizeof(double) * 3 * n), *f_s = malloc(sizeof(double) * 3 * n), *f_t = malloc(sizeof(double) * 3 * n);
+        double e_d, *b_d = malloc(sizeof(double) * nb), *f_d = malloc(sizeof(double) * 3 * n);
+        double *f_s = malloc(sizeof(double) * 3 * n), *f_t = malloc(sizeof(double) * 3 * n), *f_w = malloc(sizeof(double) * 3 * n);
+        double *b_s = malloc(sizeof(double) * nb), e_w = 0, e_b = 0, *f_b = malloc(sizeof(double) * 3 * n);
         CHECK_OK(nnp_evaluate_cpu(dbl, pos, periodic ? box : NULL, &e_d, b_d, f_d));
-        CHECK_OK(nnp_evaluate_cpu(sgl, pos, periodic ? box : NULL, &e_s, b_s, f_s));
-        double worst = 0;
-        for (int b = 0; b < nb; b++) worst = fmax(worst, fabs(b_s[b] - b_d[b]) / fabs(b_d[b]));
-        const double frms = rms_relative(f_d, f_s, 3 * n);
-        printf("%d atoms in %d batches%s: float32 networks against double: worst batch %.2e, forces rel RMS %.2e\n", n, nb,
-               periodic ? ", periodic" : "", worst, frms);
-        CHECK(worst <= 1e-8);
-        CHECK(frms <= 1e-5);
-        CHECK(frms > 0); /* it is float32 */
-        for (int threads = 1; threads <= 3; threads++) { /* 3: all cores */
-            CHECK_OK(nnp_plan_set_num_threads(sgl, threads == 3 ? 0 : threads));
-            double e_t;
-            CHECK_OK(nnp_evaluate_cpu(sgl, pos, periodic ? box : NULL, &e_t, NULL, f_t));
-            CHECK(e_t == e_s && memcmp(f_t, f_s, sizeof(double) * 3 * n) == 0);
-            CHECK_OK(nnp_evaluate_cpu(sgl, pos, periodic ? box : NULL, &e_t, NULL, NULL));
-            CHECK(e_t == e_s);
+        for (int simd = NNP_CPU_SIMD_AUTO; simd <= (int)widest; simd++) {
+            nnp_plan* sgl;
+            CHECK_OK(nnp_plan_create(model, &sgl));
+            CHECK_OK(nnp_plan_set_atoms(sgl, n, z, batch));
+            CHECK_OK(nnp_plan_set_cpu_precision(sgl, NNP_PRECISION_SINGLE));
+            CHECK_OK(nnp_plan_set_cpu_simd(sgl, (nnp_cpu_simd)simd));
+            double e_s;
+            CHECK_OK(nnp_evaluate_cpu(sgl, pos, periodic ? box : NULL, &e_s, b_s, f_s));
+            double worst = 0;
+            for (int b = 0; b < nb; b++) worst = fmax(worst, fabs(b_s[b] - b_d[b]) / fabs(b_d[b]));
+            const double frms = rms_relative(f_d, f_s, 3 * n);
+            printf("%d atoms in %d batches%s, %s: float32 networks against double: worst batch %.2e, forces rel RMS %.2e\n", n, nb,
+                   periodic ? ", periodic" : "", simd_names[simd], worst, frms);
+            CHECK(worst <= 1e-8);
+            CHECK(frms <= 1e-5);
+            CHECK(frms > 0); /* it is float32 */
+            for (int threads = 1; threads <= 3; threads++) { /* 3: all cores */
+                CHECK_OK(nnp_plan_set_num_threads(sgl, threads == 3 ? 0 : threads));
+                double e_t;
+                CHECK_OK(nnp_evaluate_cpu(sgl, pos, periodic ? box : NULL, &e_t, NULL, f_t));
+                CHECK(e_t == e_s && memcmp(f_t, f_s, sizeof(double) * 3 * n) == 0);
+                CHECK_OK(nnp_evaluate_cpu(sgl, pos, periodic ? box : NULL, &e_t, NULL, NULL));
+                CHECK(e_t == e_s);
+            }
+            if (simd == NNP_CPU_SIMD_AUTO) {
+                e_w = e_s;
+                memcpy(f_w, f_s, sizeof(double) * 3 * n);
+            } else if (simd == NNP_CPU_SIMD_BASELINE) {
+                e_b = e_s;
+                memcpy(f_b, f_s, sizeof(double) * 3 * n);
+            } else { /* no fused multiply-adds, each atom's sums in one order: the baseline's bits */
+                CHECK(e_s == e_b && memcmp(f_s, f_b, sizeof(double) * 3 * n) == 0);
+            }
+            if (simd == (int)widest) CHECK(e_s == e_w && memcmp(f_s, f_w, sizeof(double) * 3 * n) == 0); /* AUTO: the widest */
+            CHECK_FAILS(nnp_plan_set_cpu_precision(sgl, (nnp_precision)7), NNP_ERR_INVALID_ARGUMENT, "unknown precision");
+            CHECK_FAILS(nnp_plan_set_cpu_simd(sgl, (nnp_cpu_simd)7), NNP_ERR_INVALID_ARGUMENT, "unknown CPU instruction set");
+            if (widest < NNP_CPU_SIMD_AVX512)
+                CHECK_FAILS(nnp_plan_set_cpu_simd(sgl, (nnp_cpu_simd)(widest + 1)), NNP_ERR_UNSUPPORTED, "does not run");
+            nnp_plan_free(sgl);
         }
-        CHECK_FAILS(nnp_plan_set_cpu_precision(sgl, (nnp_precision)7), NNP_ERR_INVALID_ARGUMENT, "unknown precision");
-        free(b_d), free(b_s), free(f_d), free(f_s), free(f_t);
+        free(b_d), free(b_s), free(f_d), free(f_s), free(f_t), free(f_w), free(f_b);
         nnp_plan_free(dbl);
-        nnp_plan_free(sgl);
     }
     free(z), free(batch), free(pos);
     nnp_model_free(model);

@@ -242,13 +242,14 @@ static void network_backward(const nnp_network* net, workspace* ws, int32_t n, d
 }
 
 /* The same two passes in float32 (the plan's CPU precision single): float32 activations and sums,
-   the inner loops over the chunk's atoms on SIMD; compiled for AVX-512, AVX2 and the baseline, one
-   picked at run time by the CPU's features. Outputs and dE/dAEV leave in double. */
+   the inner loops over the chunk's atoms on SIMD; compiled for AVX-512F, AVX2 and the baseline
+   (network_forward_f_*, network_backward_f_*), one picked per evaluation (nnp_cpu_simd_level).
+   Outputs and dE/dAEV leave in double. */
 #define FW 8 /* float32 networks: outputs per register block */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
-#define NNP_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define NNP_SIMD_X86 1 /* the AVX-512F and AVX2 variants are compiled */
 #else
-#define NNP_SIMD_CLONES
+#define NNP_SIMD_X86 0
 #endif
 /* expm1(x) for x <= 0 in float32 without a library call, so that the activation loops vectorise:
    x = j ln2 + r (Cody-Waite, |r| <= ln2/2), expm1(r) by its Taylor series to r^8, then
@@ -303,8 +304,7 @@ static inline __attribute__((always_inline)) void dense_block_f(const nnp_layer*
     }
 }
 
-NNP_SIMD_CLONES
-static void network_forward_f(const nnp_network* net, workspace* ws, int32_t n, double* out) {
+static inline __attribute__((always_inline)) void network_forward_f(const nnp_network* net, workspace* ws, int32_t n, double* out) {
     for (int32_t l = 0; l < net->n_layers; l++) {
         const nnp_layer* layer = &net->layers[l];
         const float* x = ws->actf[l];
@@ -318,8 +318,8 @@ static void network_forward_f(const nnp_network* net, workspace* ws, int32_t n, 
     for (int32_t a = 0; a < n; a++) out[a] = ws->actf[net->n_layers][a];
 }
 
-NNP_SIMD_CLONES
-static void network_backward_f(const nnp_network* net, workspace* ws, int32_t n, float scale, float* daev) {
+static inline __attribute__((always_inline)) void network_backward_f(const nnp_network* net, workspace* ws, int32_t n, float scale,
+                                                                       float* daev) {
     float* g = ws->grad_af;
     float* h = ws->grad_bf;
     for (int32_t a = 0; a < CHUNK; a++) g[a] = a < n ? scale : 0.f;
@@ -354,6 +354,48 @@ static void network_backward_f(const nnp_network* net, workspace* ws, int32_t n,
         g = h;
         h = t;
     }
+}
+
+/* The variants: the same code, compiled for each instruction set. They give the same bits: the loops vectorise across the chunk's atoms only (each atom's sums in one order) and
+   no target fuses multiply-adds (test_cpu_single checks it). */
+#define NNP_SIMD_VARIANT(suffix, attr)                                                                             \
+    attr static void network_forward_f_##suffix(const nnp_network* net, workspace* ws, int32_t n, double* out) { \
+        network_forward_f(net, ws, n, out);                                                                      \
+    }                                                                                                            \
+    attr static void network_backward_f_##suffix(const nnp_network* net, workspace* ws, int32_t n, float scale,  \
+                                                 float* daev) {                                                  \
+        network_backward_f(net, ws, n, scale, daev);                                                             \
+    }
+NNP_SIMD_VARIANT(baseline, )
+#if NNP_SIMD_X86
+NNP_SIMD_VARIANT(avx2, __attribute__((target("avx2"))))
+NNP_SIMD_VARIANT(avx512, __attribute__((target("avx512f"))))
+#endif
+
+nnp_cpu_simd nnp_cpu_simd_available(void) {
+#if NNP_SIMD_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return NNP_CPU_SIMD_AVX512;
+    if (__builtin_cpu_supports("avx2")) return NNP_CPU_SIMD_AVX2;
+#endif
+    return NNP_CPU_SIMD_BASELINE;
+}
+
+static void network_forward_simd(nnp_cpu_simd simd, const nnp_network* net, workspace* ws, int32_t n, double* out) {
+#if NNP_SIMD_X86
+    if (simd == NNP_CPU_SIMD_AVX512) return network_forward_f_avx512(net, ws, n, out);
+    if (simd == NNP_CPU_SIMD_AVX2) return network_forward_f_avx2(net, ws, n, out);
+#endif
+    (void)simd;
+    network_forward_f_baseline(net, ws, n, out);
+}
+static void network_backward_simd(nnp_cpu_simd simd, const nnp_network* net, workspace* ws, int32_t n, float scale, float* daev) {
+#if NNP_SIMD_X86
+    if (simd == NNP_CPU_SIMD_AVX512) return network_backward_f_avx512(net, ws, n, scale, daev);
+    if (simd == NNP_CPU_SIMD_AVX2) return network_backward_f_avx2(net, ws, n, scale, daev);
+#endif
+    (void)simd;
+    network_backward_f_baseline(net, ws, n, scale, daev);
 }
 
 static void free_workspace(workspace* ws) {
@@ -418,6 +460,7 @@ typedef struct eval_job {
     int32_t m_first, m_last;
     int with_forces;
     int single;                /* float32 networks (the plan's CPU precision) */
+    nnp_cpu_simd simd;         /* their instruction set (not AUTO) */
     double* atom_e;            /* per atom, network energy (Hartree) */
     double* local;             /* per atom i: 3 × (1 + neighbours) values, from local_start[i] */
     const size_t* local_start;
@@ -452,10 +495,10 @@ static void run_chunks(eval_job* job, workspace* ws) {
         if (job->with_forces && single) memset(ws->daevf, 0, A * CHUNK * sizeof(float));
         for (int32_t m = job->m_first; m < job->m_last; m++) {
             const nnp_network* net = &ani->networks[m * model->n_elements + ch->element];
-            if (single) network_forward_f(net, ws, ch->count, out);
+            if (single) network_forward_simd(job->simd, net, ws, ch->count, out);
             else network_forward(net, ws, ch->count, out);
             for (int32_t a = 0; a < ch->count; a++) job->atom_e[atoms[a]] += out[a] * scale;
-            if (job->with_forces && single) network_backward_f(net, ws, ch->count, (float)scale, ws->daevf);
+            if (job->with_forces && single) network_backward_simd(job->simd, net, ws, ch->count, (float)scale, ws->daevf);
             else if (job->with_forces) network_backward(net, ws, ch->count, scale, ws->daev);
         }
         if (job->with_forces)
@@ -528,6 +571,7 @@ nnp_status nnp_ani_evaluate_cpu(nnp_plan* plan, const double* pos, const double*
                     .n_chunks = n_chunks, .m_first = plan->member < 0 ? 0 : plan->member,
                     .m_last = plan->member < 0 ? model->n_members : plan->member + 1, .with_forces = forces,
                     .single = plan->cpu_precision == NNP_PRECISION_SINGLE,
+                    .simd = plan->cpu_simd == NNP_CPU_SIMD_AUTO ? nnp_cpu_simd_available() : (nnp_cpu_simd)plan->cpu_simd,
                     .atom_e = atom_e, .local = local, .local_start = local_start, .ws = ws};
     atomic_init(&job.next, 0);
     pthread_t threads[NNP_MAX_THREADS];

@@ -1,0 +1,71 @@
+/*
+ * The CPU evaluation's speed per instruction set: energy and forces of the first N drug-like
+ * molecules (one batch each, ANI-2x or MODEL), float64 (as Reference) and float32 networks on each
+ * instruction set this CPU runs (nnp_plan_set_cpu_simd), all threads; mean of 5 after a warm-up.
+ * Also checks that every instruction set gives the float32 baseline's bits.
+ *   bench_cpu_simd [N (8)] [MODEL]   (NNP_SHARED_DIR: the molecules; built with the C tests)
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "test.h"
+
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+int main(int argc, char** argv) {
+    const int count = argc > 1 ? atoi(argv[1]) : 8;
+    nnp_model* model = NULL;
+    if (argc > 2) {
+        if (nnp_model_load(argv[2], &model) != NNP_OK) return fprintf(stderr, "%s\n", nnp_last_error()), 1;
+    } else {
+        model = load_model_or_die("models/ani-model-zoo/ani-2x_8x.info");
+    }
+    int32_t n = 0, nb = 0, *z = NULL, *batch = NULL;
+    double* pos = NULL;
+    for (int k = 1; nb < count && k < 10000; k++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "molecules/druglike/drugbank-%04d.xyz", k);
+        FILE* f = fopen(shared_path(rel), "r");
+        if (f == NULL) continue;
+        fclose(f);
+        molecule m = read_molecule_or_die(rel);
+        z = realloc(z, sizeof(int32_t) * (n + m.n)), batch = realloc(batch, sizeof(int32_t) * (n + m.n));
+        pos = realloc(pos, sizeof(double) * 3 * (n + m.n));
+        for (int32_t a = 0; a < m.n; a++) {
+            z[n + a] = m.z[a], batch[n + a] = nb;
+            for (int c = 0; c < 3; c++) pos[3 * (n + a) + c] = m.pos[3 * a + c];
+        }
+        n += m.n, nb++;
+        free_molecule(&m);
+    }
+    static const char* const names[] = {"float32, auto", "float32, baseline", "float32, AVX2", "float32, AVX-512F"};
+    double *f = malloc(sizeof(double) * 3 * n), *f_base = malloc(sizeof(double) * 3 * n), e_base = 0;
+    printf("%d molecules, %d atoms, %s, all threads, energy and forces:\n", nb, n, nnp_model_name(model));
+    for (int level = -1; level <= (int)nnp_cpu_simd_available(); level++) {
+        if (level == NNP_CPU_SIMD_AUTO) continue;
+        nnp_plan* p;
+        CHECK_OK(nnp_plan_create(model, &p));
+        CHECK_OK(nnp_plan_set_atoms(p, n, z, batch));
+        if (level >= 0) {
+            CHECK_OK(nnp_plan_set_cpu_precision(p, NNP_PRECISION_SINGLE));
+            CHECK_OK(nnp_plan_set_cpu_simd(p, (nnp_cpu_simd)level));
+        }
+        double e;
+        CHECK_OK(nnp_evaluate_cpu(p, pos, NULL, &e, NULL, f));
+        const double t = now();
+        for (int r = 0; r < 5; r++) CHECK_OK(nnp_evaluate_cpu(p, pos, NULL, &e, NULL, f));
+        const double ms = (now() - t) / 5 * 1e3;
+        if (level == NNP_CPU_SIMD_BASELINE) e_base = e, memcpy(f_base, f, sizeof(double) * 3 * n);
+        const int same = level > NNP_CPU_SIMD_BASELINE && e == e_base && memcmp(f, f_base, sizeof(double) * 3 * n) == 0;
+        printf("  %-18s %8.2f ms%s\n", level < 0 ? "float64" : names[level], ms,
+               level > NNP_CPU_SIMD_BASELINE ? (same ? "  (the baseline's bits)" : "  (bits differ from the baseline)") : "");
+        nnp_plan_free(p);
+    }
+    free(f), free(f_base), free(z), free(batch), free(pos);
+    nnp_model_free(model);
+    return test_finish("bench_cpu_simd");
+}
