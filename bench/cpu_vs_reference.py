@@ -6,9 +6,10 @@ import os
 import sys
 import time
 
-import openmm
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # NumPy's BLAS threads would spin on the timed cores
+import openmm  # noqa: E402
 
-import openmmnnp
+import openmmnnp  # noqa: E402
 
 count = int(sys.argv[1]) if len(sys.argv) > 1 else 8
 model = sys.argv[2] if len(sys.argv) > 2 else "ani2x"

@@ -282,29 +282,62 @@ static inline float activate_deriv_from_output_f(int32_t kind, float y) {
     return 1.f;
 }
 
+/* The AEV features that can be non-zero for a plan: the radial blocks of the elements it has and the
+   angular blocks of their pairs, merged into ranges [begin, end) in feature order. The others are
+   exactly 0 for every atom, so the float32 first layer leaves them out (the same sums: only terms
+   0 · w go). */
+#define NNP_MAX_AEV_RANGES (NNP_MAX_ELEMENTS + NNP_MAX_ELEMENTS * (NNP_MAX_ELEMENTS + 1) / 2)
+typedef struct aev_ranges {
+    int32_t n, begin[NNP_MAX_AEV_RANGES], end[NNP_MAX_AEV_RANGES];
+} aev_ranges;
+static void aev_ranges_of(const nnp_model* model, const nnp_plan* plan, aev_ranges* r) {
+    const nnp_ani* ani = nnp_ani_of(model);
+    int32_t count[NNP_MAX_ELEMENTS] = {0};
+    for (int32_t i = 0; i < plan->n_atoms; i++) count[plan->elements[i]]++;
+    r->n = 0;
+    const int32_t E = model->n_elements;
+    int keep[NNP_MAX_AEV_RANGES], start[NNP_MAX_AEV_RANGES], size[NNP_MAX_AEV_RANGES], blocks = 0;
+    for (int32_t e = 0; e < E; e++) keep[blocks] = count[e] > 0, start[blocks] = e * ani->radial_sub, size[blocks++] = ani->radial_sub;
+    int32_t by_index[NNP_MAX_AEV_RANGES] = {0}, n_pairs = 0;
+    for (int32_t a = 0; a < E; a++)
+        for (int32_t b = a; b < E; b++) {
+            by_index[ani->pair_index[a][b]] = count[a] > 0 && count[b] > (a == b ? 1 : 0);
+            n_pairs++;
+        }
+    for (int32_t q = 0; q < n_pairs; q++)
+        keep[blocks] = by_index[q], start[blocks] = ani->radial_length + q * ani->angular_sub, size[blocks++] = ani->angular_sub;
+    for (int b = 0; b < blocks; b++) {
+        if (!keep[b]) continue;
+        if (r->n > 0 && r->end[r->n - 1] == start[b]) r->end[r->n - 1] += size[b];
+        else r->begin[r->n] = start[b], r->end[r->n] = start[b] + size[b], r->n++;
+    }
+}
+
 /* Outputs o .. o + width - 1 of a float32 layer for a chunk: pre-activations into z, activations into
    y; each output's sum runs over k in order. Always inlined with a constant width, so that the
    accumulators stay in registers. */
 static inline __attribute__((always_inline)) void dense_block_f(const nnp_layer* layer, const float* x, float* z, float* y,
-                                                                int32_t o, const int width) {
+                                                                int32_t o, const int width, const aev_ranges* kr) {
     float acc[FW][CHUNK];
     for (int j = 0; j < width; j++)
         for (int32_t a = 0; a < CHUNK; a++) acc[j][a] = layer->biases[o + j];
     const float* w = layer->weights + (size_t)o * layer->n_in;
-    for (int32_t k = 0; k < layer->n_in; k++) {
-        const float* xk = x + (size_t)k * CHUNK;
-        for (int j = 0; j < width; j++) {
-            const float wk = w[(size_t)j * layer->n_in + k];
-            for (int32_t a = 0; a < CHUNK; a++) acc[j][a] += wk * xk[a];
+    for (int32_t r = 0; r < (kr ? kr->n : 1); r++)
+        for (int32_t k = kr ? kr->begin[r] : 0, k1 = kr ? kr->end[r] : layer->n_in; k < k1; k++) {
+            const float* xk = x + (size_t)k * CHUNK;
+            for (int j = 0; j < width; j++) {
+                const float wk = w[(size_t)j * layer->n_in + k];
+                for (int32_t a = 0; a < CHUNK; a++) acc[j][a] += wk * xk[a];
+            }
         }
-    }
     for (int j = 0; j < width; j++) {
         memcpy(z + (size_t)(o + j) * CHUNK, acc[j], sizeof acc[j]);
         for (int32_t a = 0; a < CHUNK; a++) y[(size_t)(o + j) * CHUNK + a] = activate_f(layer->activation, acc[j][a]);
     }
 }
 
-static inline __attribute__((always_inline)) void network_forward_f(const nnp_network* net, workspace* ws, int32_t n, double* out) {
+static inline __attribute__((always_inline)) void network_forward_f(const nnp_network* net, workspace* ws, int32_t n, double* out,
+                                                                      const aev_ranges* kr) {
     for (int32_t l = 0; l < net->n_layers; l++) {
         const nnp_layer* layer = &net->layers[l];
         const float* x = ws->actf[l];
@@ -312,14 +345,15 @@ static inline __attribute__((always_inline)) void network_forward_f(const nnp_ne
         float* y = ws->actf[l + 1];
         /* FW outputs at a time (independent accumulators in registers), the rest one by one */
         int32_t o = 0;
-        for (; o + FW <= layer->n_out; o += FW) dense_block_f(layer, x, z, y, o, FW);
-        for (; o < layer->n_out; o++) dense_block_f(layer, x, z, y, o, 1);
+        const aev_ranges* r = l == 0 ? kr : NULL; /* the first layer: only the AEV features that can be non-zero */
+        for (; o + FW <= layer->n_out; o += FW) dense_block_f(layer, x, z, y, o, FW, r);
+        for (; o < layer->n_out; o++) dense_block_f(layer, x, z, y, o, 1, r);
     }
     for (int32_t a = 0; a < n; a++) out[a] = ws->actf[net->n_layers][a];
 }
 
 static inline __attribute__((always_inline)) void network_backward_f(const nnp_network* net, workspace* ws, int32_t n, float scale,
-                                                                       float* daev) {
+                                                                       float* daev, const aev_ranges* kr) {
     float* g = ws->grad_af;
     float* h = ws->grad_bf;
     for (int32_t a = 0; a < CHUNK; a++) g[a] = a < n ? scale : 0.f;
@@ -339,16 +373,18 @@ static inline __attribute__((always_inline)) void network_backward_f(const nnp_n
                                                        activate_deriv_from_output_f(layer->activation, yl[(size_t)(o + j) * CHUNK + a])
                                                  : 0.f;
             const float* w = layer->weights + (size_t)o * layer->n_in;
-            for (int32_t k = 0; k < layer->n_in; k++) {
-                float wk[FW];
-                for (int j = 0; j < FW; j++) wk[j] = j < m ? w[(size_t)j * layer->n_in + k] : 0.f;
-                float* gk = gin + (size_t)k * CHUNK;
-                for (int32_t a = 0; a < CHUNK; a++) {
-                    float s = gk[a];
-                    for (int j = 0; j < FW; j++) s += delta[j][a] * wk[j];
-                    gk[a] = s;
+            const aev_ranges* r = l == 0 ? kr : NULL; /* dE/dAEV of features that are always 0 is not needed */
+            for (int32_t q = 0; q < (r ? r->n : 1); q++)
+                for (int32_t k = r ? r->begin[q] : 0, k1 = r ? r->end[q] : layer->n_in; k < k1; k++) {
+                    float wk[FW];
+                    for (int j = 0; j < FW; j++) wk[j] = j < m ? w[(size_t)j * layer->n_in + k] : 0.f;
+                    float* gk = gin + (size_t)k * CHUNK;
+                    for (int32_t a = 0; a < CHUNK; a++) {
+                        float s = gk[a];
+                        for (int j = 0; j < FW; j++) s += delta[j][a] * wk[j];
+                        gk[a] = s;
+                    }
                 }
-            }
         }
         float* t = g;
         g = h;
@@ -359,12 +395,13 @@ static inline __attribute__((always_inline)) void network_backward_f(const nnp_n
 /* The variants: the same code, compiled for each instruction set. They give the same bits: the loops vectorise across the chunk's atoms only (each atom's sums in one order) and
    no target fuses multiply-adds (test_cpu_single checks it). */
 #define NNP_SIMD_VARIANT(suffix, attr)                                                                             \
-    attr static void network_forward_f_##suffix(const nnp_network* net, workspace* ws, int32_t n, double* out) { \
-        network_forward_f(net, ws, n, out);                                                                      \
+    attr static void network_forward_f_##suffix(const nnp_network* net, workspace* ws, int32_t n, double* out,  \
+                                                const aev_ranges* kr) {                                          \
+        network_forward_f(net, ws, n, out, kr);                                                                  \
     }                                                                                                            \
     attr static void network_backward_f_##suffix(const nnp_network* net, workspace* ws, int32_t n, float scale,  \
-                                                 float* daev) {                                                  \
-        network_backward_f(net, ws, n, scale, daev);                                                             \
+                                                 float* daev, const aev_ranges* kr) {                            \
+        network_backward_f(net, ws, n, scale, daev, kr);                                                         \
     }
 NNP_SIMD_VARIANT(baseline, )
 #if NNP_SIMD_X86
@@ -381,21 +418,23 @@ nnp_cpu_simd nnp_cpu_simd_available(void) {
     return NNP_CPU_SIMD_BASELINE;
 }
 
-static void network_forward_simd(nnp_cpu_simd simd, const nnp_network* net, workspace* ws, int32_t n, double* out) {
+static void network_forward_simd(nnp_cpu_simd simd, const nnp_network* net, workspace* ws, int32_t n, double* out,
+                                 const aev_ranges* kr) {
 #if NNP_SIMD_X86
-    if (simd == NNP_CPU_SIMD_AVX512) return network_forward_f_avx512(net, ws, n, out);
-    if (simd == NNP_CPU_SIMD_AVX2) return network_forward_f_avx2(net, ws, n, out);
+    if (simd == NNP_CPU_SIMD_AVX512) return network_forward_f_avx512(net, ws, n, out, kr);
+    if (simd == NNP_CPU_SIMD_AVX2) return network_forward_f_avx2(net, ws, n, out, kr);
 #endif
     (void)simd;
-    network_forward_f_baseline(net, ws, n, out);
+    network_forward_f_baseline(net, ws, n, out, kr);
 }
-static void network_backward_simd(nnp_cpu_simd simd, const nnp_network* net, workspace* ws, int32_t n, float scale, float* daev) {
+static void network_backward_simd(nnp_cpu_simd simd, const nnp_network* net, workspace* ws, int32_t n, float scale, float* daev,
+                                  const aev_ranges* kr) {
 #if NNP_SIMD_X86
-    if (simd == NNP_CPU_SIMD_AVX512) return network_backward_f_avx512(net, ws, n, scale, daev);
-    if (simd == NNP_CPU_SIMD_AVX2) return network_backward_f_avx2(net, ws, n, scale, daev);
+    if (simd == NNP_CPU_SIMD_AVX512) return network_backward_f_avx512(net, ws, n, scale, daev, kr);
+    if (simd == NNP_CPU_SIMD_AVX2) return network_backward_f_avx2(net, ws, n, scale, daev, kr);
 #endif
     (void)simd;
-    network_backward_f_baseline(net, ws, n, scale, daev);
+    network_backward_f_baseline(net, ws, n, scale, daev, kr);
 }
 
 static void free_workspace(workspace* ws) {
@@ -461,6 +500,7 @@ typedef struct eval_job {
     int with_forces;
     int single;                /* float32 networks (the plan's CPU precision) */
     nnp_cpu_simd simd;         /* their instruction set (not AUTO) */
+    aev_ranges kept;           /* the AEV features that can be non-zero (aev_ranges_of) */
     double* atom_e;            /* per atom, network energy (Hartree) */
     double* local;             /* per atom i: 3 × (1 + neighbours) values, from local_start[i] */
     const size_t* local_start;
@@ -495,10 +535,10 @@ static void run_chunks(eval_job* job, workspace* ws) {
         if (job->with_forces && single) memset(ws->daevf, 0, A * CHUNK * sizeof(float));
         for (int32_t m = job->m_first; m < job->m_last; m++) {
             const nnp_network* net = &ani->networks[m * model->n_elements + ch->element];
-            if (single) network_forward_simd(job->simd, net, ws, ch->count, out);
+            if (single) network_forward_simd(job->simd, net, ws, ch->count, out, &job->kept);
             else network_forward(net, ws, ch->count, out);
             for (int32_t a = 0; a < ch->count; a++) job->atom_e[atoms[a]] += out[a] * scale;
-            if (job->with_forces && single) network_backward_simd(job->simd, net, ws, ch->count, (float)scale, ws->daevf);
+            if (job->with_forces && single) network_backward_simd(job->simd, net, ws, ch->count, (float)scale, ws->daevf, &job->kept);
             else if (job->with_forces) network_backward(net, ws, ch->count, scale, ws->daev);
         }
         if (job->with_forces)
@@ -573,6 +613,7 @@ nnp_status nnp_ani_evaluate_cpu(nnp_plan* plan, const double* pos, const double*
                     .single = plan->cpu_precision == NNP_PRECISION_SINGLE,
                     .simd = plan->cpu_simd == NNP_CPU_SIMD_AUTO ? nnp_cpu_simd_available() : (nnp_cpu_simd)plan->cpu_simd,
                     .atom_e = atom_e, .local = local, .local_start = local_start, .ws = ws};
+    aev_ranges_of(model, plan, &job.kept);
     atomic_init(&job.next, 0);
     pthread_t threads[NNP_MAX_THREADS];
     worker_arg args[NNP_MAX_THREADS];
