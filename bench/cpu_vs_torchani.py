@@ -7,6 +7,7 @@ NNP_SHARED_DIR: the molecules and the model zoo (default ../shared)."""
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 # NumPy's OpenBLAS threads would spin on the cores being timed (nothing here needs BLAS threads)
@@ -34,6 +35,12 @@ def main():
         import torch
         from torchani.neurochem import load_model_from_info_file
         torch.set_num_threads(a.threads)
+        # TorchANI 2.x reads the .info file's parts under $TORCHANI_DATA_DIR/Neurochem: unless set,
+        # a temporary folder whose Neurochem is the model's zoo folder
+        if not os.environ.get("TORCHANI_DATA_DIR"):
+            data = tempfile.mkdtemp(prefix="torchani-")
+            os.symlink(os.path.dirname(os.path.abspath(a.model)), os.path.join(data, "Neurochem"))
+            os.environ["TORCHANI_DATA_DIR"] = data
         ani = load_model_from_info_file(a.model)
         print(f"TorchANI from {os.path.dirname(sys.modules['torchani'].__file__)}, torch {torch.__version__}")
     except Exception as e:  # ImportError, or a TorchANI without this loader

@@ -8,6 +8,9 @@
 #                                environment, then ldd -r, selfcheck, the Python CUDA tests, the same
 #                                under compute-sanitizer memcheck, and a short main job with ANI-1x;
 #                                logs in $OUT/gpu-wheels.tar.gz.
+#   scripts/gpu-wheels.sh cpu    there (carry .device-wheels): the CPU platform beside TorchANI 2.9 on the
+#                                GPU machine's cores (bench/cpu_vs_torchani.py, ANI-1ccx from the raw
+#                                zoo packed beside the wheels), 2 and 16 threads; logs in $OUT/gpu-cpu.tar.gz.
 #   scripts/gpu-wheels.sh pack-ani2x   here: ANI-2x alone, byte-shuffled and xz-compressed (47 MB),
 #                                into the ignored folder .device-models/ (it does not fit beside the wheels)
 #   scripts/gpu-wheels.sh mlmm   there, after a test call on the same machine (.device-wheels stays
@@ -36,6 +39,9 @@ pack() {
     --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux2014_x86_64 -d "$d/wheels" openmm==8.6.1 openmm-cuda-13==8.6.1 "numpy>=2" pytest iniconfig pluggy packaging pygments
   python3 -m pip wheel -q --no-deps -w "$d/wheels" openmmml==1.8  # pure Python, published as an sdist
+  # TorchANI 2.9 (pure Python; the GPU machine has torch) and ANI-1ccx's NeuroChem files for it
+  python3 -m pip download -q --no-deps -d "$d/torchani" torchani==2.9
+  tar cf - -C "$shared/models" ani-model-zoo/ani-1ccx_8x.info ani-model-zoo/ani-1ccx_8x | xz -9 > "$d/ani1ccx-zoo.tar.xz"
   tar cf - -C "$shared" molecules/druglike | xz -9 > "$d/molecules.tar.xz"
   du -sh "$d"; ls -l "$d/wheels"
 }
@@ -130,10 +136,34 @@ test_there() {
   return $status
 }
 
+cpu_there() {
+  local out="${OUT:-/tmp/out}" tmp status=0
+  tmp="$(mktemp -d)"
+  mkdir -p "$out" "$tmp/logs" "$tmp/shared/models"
+  tar xJf "$d/molecules.tar.xz" -C "$tmp/shared"
+  tar xJf "$d/ani1ccx-zoo.tar.xz" -C "$tmp/shared/models"
+  # Beside the machine's own torch (a virtual environment would hide it): the wheels in a folder on PYTHONPATH.
+  python3 -m pip install -q --no-index --no-deps --target "$tmp/site" "$d"/wheels/openmm-*.whl "$d"/wheels/openmm_nnp-*.whl \
+    "$d"/torchani/*.whl > "$tmp/logs/install.log" 2>&1 || { cat "$tmp/logs/install.log"; return 1; }
+  local py=python3
+  cd "$tmp"
+  export NNP_SHARED_DIR="$tmp/shared" XDG_CACHE_HOME="$tmp/cache" PYTHONPATH="$tmp/site"
+  unset NNP_MODEL_PATH TORCHANI_DATA_DIR
+  { lscpu | grep -E "Model name|^CPU\(s\)|Thread|Flags" | sed -E 's/(Flags:).*(avx512f).*/\1 ... \2 .../'; nproc; } > "$tmp/logs/cpu.txt" 2>&1
+  for threads in 2 ${NNP_CPU_THREADS:-16}; do
+    echo "== $threads threads"
+    taskset -c "0-$((threads - 1))" "$py" "$root/bench/cpu_vs_torchani.py" --threads "$threads" 1 10 2>&1 | grep -v Warning || status=1
+  done > "$tmp/logs/cpu-vs-torchani.txt"
+  tar czf "$out/gpu-cpu.tar.gz" -C "$tmp" logs
+  for f in cpu cpu-vs-torchani; do echo "--- $f"; tail -n 20 "$tmp/logs/$f.txt"; done
+  return $status
+}
+
 case "${1:-}" in
   pack) pack ;;
+  cpu) cpu_there ;;
   pack-ani2x) pack_ani2x ;;
   test) test_there ;;
   mlmm) mlmm_there ;;
-  *) echo "usage: scripts/gpu-wheels.sh pack|pack-ani2x|test|mlmm" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu-wheels.sh pack|pack-ani2x|test|mlmm|cpu" >&2; exit 2 ;;
 esac

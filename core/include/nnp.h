@@ -311,6 +311,25 @@ NNP_API nnp_status nnp_cuda_stage_times(nnp_plan* plan, double* microseconds);
  */
 NNP_API nnp_status nnp_cuda_aev_layout(nnp_plan* plan, int32_t* model_length, int32_t* stored_length, int32_t* classes);
 
+/* ---------------------------------------------------------------- several devices */
+
+/**
+ * Splits batches 0 .. n_batches−1 into n_parts contiguous ranges, in batch order, of near-equal
+ * cost, to evaluate one set of batches on several devices (each part a plan of its own): part p
+ * gets batches first[p] .. first[p+1]−1; first has n_parts + 1 entries, first[0] = 0 and
+ * first[n_parts] = n_batches. The largest part's cost is the smallest any contiguous split
+ * reaches (to 1e-13 relative); no part is empty while there are at least as many batches as
+ * parts. cost: n_batches finite values ≥ 0, e.g. from nnp_plan_batch_costs(). A pure function of
+ * its input.
+ */
+NNP_API nnp_status nnp_partition_batches(int32_t n_batches, const double* cost, int32_t n_parts, int32_t* first);
+/**
+ * The estimated evaluation cost of each of the plan's batches at these positions (as for
+ * nnp_evaluate_cpu): its atoms plus a fixed fraction of an atom per pair within the model's
+ * cutoff. costs: nnp_plan_num_batches() values.
+ */
+NNP_API nnp_status nnp_plan_batch_costs(nnp_plan* plan, const double* positions, const double* box, double* costs);
+
 /* ---------------------------------------------------------------- XYZ files */
 
 /**

@@ -126,23 +126,26 @@ void NNPForceImpl::loadPlatformPlugins() {
     for (auto registrar : list) registrar();
 }
 
-std::vector<int32_t> NNPPlugin::setPlanAtoms(nnp_plan* plan, const NNPForce& force) {
-    int n = force.getNumAtoms();
-    std::vector<int32_t> z(n), batch(n), particles(n);
-    for (int i = 0; i < n; i++) {
+std::vector<int32_t> NNPPlugin::setPlanAtoms(nnp_plan* plan, const NNPForce& force, int firstBatch, int endBatch) {
+    // The atoms of batches firstBatch .. endBatch-1 (all when endBatch < 0), their batches renumbered from 0.
+    bool all = endBatch < 0;
+    std::vector<int32_t> z, batch, particles;
+    z.reserve(force.getNumAtoms()), batch.reserve(force.getNumAtoms()), particles.reserve(force.getNumAtoms());
+    for (int i = 0; i < force.getNumAtoms(); i++) {
         int p, atomicNumber, b;
         force.getAtomParameters(i, p, atomicNumber, b);
-        particles[i] = p;
-        z[i] = atomicNumber;
-        batch[i] = b;
+        if (!all && (b < firstBatch || b >= endBatch)) continue;
+        particles.push_back(p);
+        z.push_back(atomicNumber);
+        batch.push_back(all ? b : b - firstBatch);
     }
-    checkNNP(nnp_plan_set_atoms(plan, n, z.data(), batch.data()), "invalid atoms");
+    checkNNP(nnp_plan_set_atoms(plan, (int32_t)z.size(), z.data(), batch.data()), "invalid atoms");
     checkNNP(nnp_plan_set_particles(plan, particles.data()), "invalid particles");
     checkNNP(nnp_plan_set_member(plan, force.getEnsembleMember()), "invalid ensemble member");
-    int nBatches = nnp_plan_num_batches(plan);
+    int nBatches = nnp_plan_num_batches(plan), offset = all ? 0 : firstBatch;
     std::vector<int32_t> charges(nBatches, 0);
     for (const auto& entry : force.getBatchCharges())
-        if (entry.first < nBatches) charges[entry.first] = entry.second;
+        if (entry.first - offset >= 0 && entry.first - offset < nBatches) charges[entry.first - offset] = entry.second;
     checkNNP(nnp_plan_set_batch_charges(plan, nBatches, charges.data()), "invalid batch charges");
     return particles;
 }

@@ -39,10 +39,13 @@ private:
 };
 
 /**
- * Gives a libnnp plan the force's atoms (elements, batches, particle indices) and ensemble member,
- * as every platform's kernel does; returns the particle index of each atom.
+ * Gives a libnnp plan the force's atoms (elements, batches, particle indices), ensemble member and
+ * batch charges, as every platform's kernel does; returns the particle index of each atom. With
+ * endBatch ≥ 0, only the atoms of batches firstBatch .. endBatch−1, renumbered from 0 (one device's
+ * share of a Context on several GPUs).
  */
-OPENMM_EXPORT_NNP std::vector<int32_t> setPlanAtoms(nnp_plan* plan, const NNPForce& force);
+OPENMM_EXPORT_NNP std::vector<int32_t> setPlanAtoms(nnp_plan* plan, const NNPForce& force, int firstBatch = 0,
+                                                  int endBatch = -1);
 
 } // namespace NNPPlugin
 

@@ -15,11 +15,15 @@ class CudaNNPKernelFactory : public KernelFactory {
 public:
     KernelImpl* createKernelImpl(std::string name, const Platform& platform, ContextImpl& context) const override {
         CudaPlatform::PlatformData& data = *static_cast<CudaPlatform::PlatformData*>(context.getPlatformData());
-        if (name == CalcNNPForceKernel::Name()) return new CudaCalcNNPForceKernel(name, platform, *data.contexts[0]);
+        if (name == CalcNNPForceKernel::Name()) {
+            if (data.contexts.size() > 1) return new CudaParallelCalcNNPForceKernel(name, platform, data);
+            return new CudaCalcNNPForceKernel(name, platform, *data.contexts[0]);
+        }
         if (name == IntegrateNNPStepKernel::Name()) {
             if (data.contexts.size() != 1)
                 throw OpenMMException("NNP integrators: CUDA graphs need a Context on one GPU (DeviceIndex names " +
-                                      std::to_string(data.contexts.size()) + ")");
+                                      std::to_string(data.contexts.size()) + " devices); on several GPUs, use OpenMM's "
+                                      "VerletIntegrator or LangevinMiddleIntegrator");
             return new CudaIntegrateNNPStepKernel(name, platform, *data.contexts[0], context);
         }
         throw OpenMMException("NNPForce: no kernel '" + name + "' on platform " + platform.getName());

@@ -76,8 +76,17 @@ void CudaCalcNNPForceKernel::initialize(const System&, const NNPForce& force) {
 }
 
 void CudaCalcNNPForceKernel::setAtoms(const NNPForce& force) {
-    setPlanAtoms(plan, force);
+    setPlanAtoms(plan, force, firstBatch, endBatch);
     periodic = force.usesPeriodicBoundaryConditions();
+}
+
+void CudaCalcNNPForceKernel::setBatchRange(const NNPForce& force, int first, int end) {
+    firstBatch = first;
+    endBatch = end;
+    if (plan != nullptr) {
+        ContextSelector selector(cu);
+        setAtoms(force);
+    }
 }
 
 void CudaCalcNNPForceKernel::evaluate(bool includeForces, bool includeEnergy) {
@@ -107,9 +116,21 @@ void CudaCalcNNPForceKernel::evaluate(bool includeForces, bool includeEnergy) {
 }
 
 double CudaCalcNNPForceKernel::execute(ContextImpl&, bool includeForces, bool includeEnergy) {
+    if (nnp_plan_num_atoms(plan) == 0) return 0.0; // a device of a split without batches
     ContextSelector selector(cu);
     evaluate(includeForces, includeEnergy);
     return 0.0; // the energy was added to OpenMM's energy buffer on the GPU
+}
+
+vector<double> CudaCalcNNPForceKernel::lastBatchEnergies() {
+    vector<double> energies(nnp_plan_num_batches(plan));
+    if (!energies.empty()) {
+        ContextSelector selector(cu);
+        checkNNP(nnp_cuda_batch_energies(plan, cu.getCurrentStream(), energies.data()), "cannot read batch energies");
+    }
+    // batches at the end of the range without atoms are not in the plan: energy 0
+    if (endBatch >= 0) energies.resize(endBatch - firstBatch, 0.0);
+    return energies;
 }
 
 vector<double> CudaCalcNNPForceKernel::getBatchEnergies(ContextImpl&) {
@@ -127,4 +148,122 @@ void CudaCalcNNPForceKernel::copyParametersToContext(ContextImpl&, const NNPForc
     setAtoms(force);
     info->update(force);
     cu.invalidateMolecules(info);
+}
+
+/* ------------------------------------------------------------------ several GPUs */
+
+/** One device's evaluation, on that device's work thread. */
+class CudaParallelCalcNNPForceKernel::Task : public ComputeContext::WorkTask {
+public:
+    Task(ContextImpl& context, CudaCalcNNPForceKernel& kernel, bool includeForces, bool includeEnergy, double& energy)
+        : context(context), kernel(kernel), includeForces(includeForces), includeEnergy(includeEnergy), energy(energy) {}
+    void execute() override { energy += kernel.execute(context, includeForces, includeEnergy); }
+
+private:
+    ContextImpl& context;
+    CudaCalcNNPForceKernel& kernel;
+    bool includeForces, includeEnergy;
+    double& energy;
+};
+
+CudaParallelCalcNNPForceKernel::CudaParallelCalcNNPForceKernel(const std::string& name, const Platform& platform,
+                                                               CudaPlatform::PlatformData& data)
+    : CalcNNPForceKernel(name, platform), data(data) {
+    for (CudaContext* cu : data.contexts) kernels.push_back(Kernel(new CudaCalcNNPForceKernel(name, platform, *cu)));
+}
+
+/* Splits the batches into one contiguous range per device by cost; with context, the cost counts the
+   pairs at the current positions, else atoms only (before any positions exist). */
+static vector<int> splitBatches(const NNPForce& force, int numDevices, const vector<Vec3>* positions, const Vec3* box) {
+    nnp_plan* plan = nullptr;
+    checkNNP(nnp_plan_create(force.getInternalModel()->get(), &plan), "cannot create a plan");
+    std::unique_ptr<nnp_plan, void (*)(nnp_plan*)> owned(plan, nnp_plan_free);
+    checkNNP(nnp_plan_set_units(plan, NNP_UNITS_NM_KJMOL), "cannot set units");
+    vector<int32_t> particles = setPlanAtoms(plan, force);
+    int numBatches = nnp_plan_num_batches(plan);
+    vector<double> cost(numBatches, 0.0);
+    if (positions != nullptr) {
+        vector<double> xyz(3 * particles.size());
+        for (size_t i = 0; i < particles.size(); i++)
+            for (int k = 0; k < 3; k++) xyz[3 * i + k] = (*positions)[particles[i]][k];
+        double b[9];
+        if (box != nullptr)
+            for (int v = 0; v < 3; v++)
+                for (int k = 0; k < 3; k++) b[3 * v + k] = box[v][k];
+        checkNNP(nnp_plan_batch_costs(plan, xyz.data(), box != nullptr ? b : nullptr, cost.data()),
+                 "cannot split the batches across the GPUs");
+    } else {
+        for (int i = 0; i < force.getNumAtoms(); i++) {
+            int p, z, batch;
+            force.getAtomParameters(i, p, z, batch);
+            cost[batch] += 1.0;
+        }
+    }
+    vector<int32_t> first(numDevices + 1);
+    checkNNP(nnp_partition_batches(numBatches, cost.data(), numDevices, first.data()), "cannot split the batches across the GPUs");
+    return vector<int>(first.begin(), first.end());
+}
+
+void CudaParallelCalcNNPForceKernel::initialize(const System& system, const NNPForce& f) {
+    force = &f;
+    forceGroup = f.getForceGroup();
+    first = splitBatches(f, (int)kernels.size(), nullptr, nullptr);
+    numBatches = first.back();
+    for (size_t d = 0; d < kernels.size(); d++) {
+        device(d).setBatchRange(f, first[d], first[d + 1]);
+        device(d).initialize(system, f);
+    }
+}
+
+void CudaParallelCalcNNPForceKernel::split(ContextImpl& context) {
+    data.syncContexts(); // the devices' queues are empty: positions can be read, ranges changed
+    vector<Vec3> positions;
+    context.getPositions(positions);
+    Vec3 box[3];
+    context.getPeriodicBoxVectors(box[0], box[1], box[2]);
+    vector<int> next = splitBatches(*force, (int)kernels.size(), &positions,
+                                    force->usesPeriodicBoundaryConditions() ? box : nullptr);
+    if (next != first)
+        for (size_t d = 0; d < kernels.size(); d++) device(d).setBatchRange(*force, next[d], next[d + 1]);
+    first = next;
+    balanced = true;
+}
+
+double CudaParallelCalcNNPForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {
+    if (!balanced) split(context);
+    for (size_t d = 0; d < kernels.size(); d++) {
+        if (first[d] == first[d + 1]) continue;
+        data.contexts[d]->getWorkThread().addTask(
+            new Task(context, device(d), includeForces, includeEnergy, data.contextEnergy[d]));
+    }
+    return 0.0; // each device adds its share to its own energy buffer
+}
+
+vector<double> CudaParallelCalcNNPForceKernel::getBatchEnergies(ContextImpl& context) {
+    // An energy evaluation of this force's group on every device (the devices get the current
+    // positions first), then the devices' batch energies in batch order.
+    context.calcForcesAndEnergy(false, true, 1 << forceGroup);
+    data.syncContexts();
+    vector<double> energies;
+    energies.reserve(numBatches);
+    for (size_t d = 0; d < kernels.size(); d++) {
+        if (first[d] == first[d + 1]) continue;
+        vector<double> part = device(d).lastBatchEnergies();
+        energies.insert(energies.end(), part.begin(), part.end());
+    }
+    return energies;
+}
+
+void CudaParallelCalcNNPForceKernel::copyParametersToContext(ContextImpl& context, const NNPForce& f) {
+    data.syncContexts();
+    force = &f;
+    forceGroup = f.getForceGroup();
+    vector<int> next = splitBatches(f, (int)kernels.size(), nullptr, nullptr);
+    for (size_t d = 0; d < kernels.size(); d++) {
+        device(d).setBatchRange(f, next[d], next[d + 1]);
+        device(d).copyParametersToContext(context, f);
+    }
+    first = next;
+    numBatches = first.back();
+    balanced = false; // split again by pairs at the next evaluation
 }
