@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|multidevice|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -81,6 +81,17 @@ for step in "${steps[@]}"; do
     echo "compute-sanitizer racecheck (k_gemm_big*) on test_cuda (large system): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-big.log" | tail -n 1))"
     sanitize_tensornet ;;
   sanitize-tensornet) sanitize_tensornet ;;
+  multidevice)
+    # NNPForce in a Context on several devices ("0,1", or "0,0" on one GPU) against one device, under
+    # memcheck, then the benchmark of 837 x 4 molecules per DeviceIndex list (MULTI_DEVICES, default
+    # every GPU prefix, or "0 0,0" on one GPU).
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 300 "$root/build-gpu/platforms/cuda/TestCudaNNPMultiDevice" 2>&1 | tee "$out/multidevice.log" | tail -n 14
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+      "$root/build-gpu/platforms/cuda/TestCudaNNPMultiDevice" 4 > "$out/sanitizer-memcheck-multidevice.log" 2>&1
+    echo "compute-sanitizer memcheck on TestCudaNNPMultiDevice 4: exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-memcheck-multidevice.log" | tail -n 1))"
+    lists="${MULTI_DEVICES:-}"
+    [ -n "$lists" ] || { [ "$(nvidia-smi -L | wc -l)" -gt 1 ] || lists="0 0,0"; }
+    OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 400 "$root/build-gpu/bench/bench_devices" "$d/shared" $lists 2>&1 | tee "$out/bench-devices.txt" ;;
   tensornet)
     timeout 300 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d"/tensornet/*.nnpm > "$out/tensornet.txt" 2>&1
     echo "test_tensornet_cuda: exit $?"; grep -vE "^  ok" "$out/tensornet.txt" | tail -n 40

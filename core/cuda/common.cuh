@@ -86,3 +86,18 @@ struct nnp_cuda_driver_table {
 };
 extern nnp_cuda_driver_table nnp_cuda_driver;
 nnp_status nnp_cuda_load_driver(void);
+
+/* Lets a kernel take up to all of the opt-in shared memory per block as dynamic shared memory (the
+   device's most, less its static shared memory), for launches over 48 KB. The largest, not a plan's
+   own need: the attribute belongs to the kernel in every CUDA context of the process (CUDA ≥ 12), so
+   a smaller value set for another plan (another Context, another device of the same Context) would
+   make this plan's launches fail. */
+template <typename K> static void allow_dynamic_smem(K* kernel) {
+    cudaFuncAttributes a;
+    int device = 0, optin = 0;
+    if (cudaFuncGetAttributes(&a, kernel) != cudaSuccess || cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+        return;
+    if (optin > (int)a.sharedSizeBytes && a.maxDynamicSharedSizeBytes < optin - (int)a.sharedSizeBytes)
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - (int)a.sharedSizeBytes);
+}

@@ -510,6 +510,42 @@ static void test_coincident(nnp_model* model) {
     nnp_plan_free(plan);
 }
 
+/* Two plans alive at once whose kernels take different amounts of shared memory (13 molecules and
+   one), the larger built first, as with two Contexts in one process or the devices of a Context on
+   several GPUs: setting up the second must not make the first's launches fail, and the first gives
+   the same bits as before. */
+static void test_two_plans(nnp_model* model, nnp_precision precision) {
+    system_t big = make_large_system(13), small = make_large_system(1);
+    nnp_plan* a = gpu_plan(model);
+    nnp_plan* b = gpu_plan(model);
+    CHECK_OK(nnp_plan_set_atoms(a, big.n, big.z, big.batch));
+    CHECK_OK(nnp_plan_set_atoms(b, small.n, small.z, small.batch));
+    CHECK_OK(nnp_plan_set_cuda_precision(a, precision));
+    CHECK_OK(nnp_plan_set_cuda_precision(b, precision));
+    double *d_pos, *d_forces, *d_energy, *d_pos_b, *d_forces_b;
+    CUDA_OK(cudaMalloc((void**)&d_pos, sizeof(double) * 3 * big.n));
+    CUDA_OK(cudaMalloc((void**)&d_forces, sizeof(double) * 3 * big.n));
+    CUDA_OK(cudaMalloc((void**)&d_pos_b, sizeof(double) * 3 * small.n));
+    CUDA_OK(cudaMalloc((void**)&d_forces_b, sizeof(double) * 3 * small.n));
+    CUDA_OK(cudaMalloc((void**)&d_energy, sizeof(double)));
+    CUDA_OK(cudaMemcpy(d_pos, big.pos, sizeof(double) * 3 * big.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_pos_b, small.pos, sizeof(double) * 3 * small.n, cudaMemcpyHostToDevice));
+    double e1, e2, eb, *f1 = malloc(sizeof(double) * 3 * big.n), *f2 = malloc(sizeof(double) * 3 * big.n);
+    double *fb = malloc(sizeof(double) * 3 * small.n), *b1 = malloc(sizeof(double) * big.n_batches),
+           *b2 = malloc(sizeof(double) * big.n_batches), bb[1];
+    CHECK_OK(eval_plain(a, 0, d_pos, d_forces, d_energy, f1, &e1, b1));
+    CHECK_OK(eval_plain(b, 0, d_pos_b, d_forces_b, d_energy, fb, &eb, bb));
+    CHECK_OK(eval_plain(a, 0, d_pos, d_forces, d_energy, f2, &e2, b2));
+    CHECK(e1 == e2 && memcmp(f1, f2, sizeof(double) * 3 * big.n) == 0);
+    printf("two plans (%d and %d atoms, %s) alternating: the first's energy %.10f, then %.10f\n", big.n, small.n,
+           precision == NNP_PRECISION_DOUBLE ? "double" : "single", e1, e2);
+    free(f1), free(f2), free(fb), free(b1), free(b2);
+    cudaFree(d_pos), cudaFree(d_forces), cudaFree(d_pos_b), cudaFree(d_forces_b), cudaFree(d_energy);
+    nnp_plan_free(a);
+    nnp_plan_free(b);
+    free(big.z), free(big.batch), free(big.pos), free(small.z), free(small.batch), free(small.pos);
+}
+
 int main(void) {
     if (!nnp_cuda_available()) {
         printf("test_cuda: skipped: %s\n", "no CUDA device (or libnnp built without CUDA)");
@@ -552,6 +588,8 @@ int main(void) {
     compare_with_cpu(model, &s, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
     compare_with_cpu(model, &s, 3, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
     compare_with_cpu(model, &s, -1, NNP_PRECISION_DOUBLE, DOUBLE_ENERGY, DOUBLE_FORCES);
+    test_two_plans(model, NNP_PRECISION_DOUBLE);
+    test_two_plans(model, NNP_PRECISION_SINGLE);
     {
         system_t one = make_large_system(1); /* one molecule: tensor-core few-rows GEMM (float32), AEV and AEV backward over several blocks per atom */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);

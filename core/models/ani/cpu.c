@@ -35,8 +35,55 @@ static double cutoff_deriv(double d, double rc) { return -0.5 * NNP_PI / rc * si
 
 /* ------------------------------------------------------------------ AEV */
 
+/* The float32 evaluation's angular factors, in float64 but without acos, cos, sin and pow:
+   cos(θ − s) and sin(θ − s) from cos θ = 0.95 c and sin θ = √(1 − cos²θ) (θ = acos(0.95 c) is in
+   [0, π], so sin θ ≥ 0), and a whole ζ by repeated squaring. The same values up to rounding (a few
+   ulp); Reference and the float64 CPU evaluation keep the library functions. */
+typedef struct angular_fast {
+    int on;                  /* the plan's CPU precision is single */
+    int zeta_whole;          /* every ζ a whole number in 1 .. 1024 */
+    double cos_s[NNP_MAX_TERMS], sin_s[NNP_MAX_TERMS]; /* of each ShfZ */
+} angular_fast;
+
+static void angular_fast_of(const nnp_aev_params* p, int on, angular_fast* f) {
+    f->on = on;
+    f->zeta_whole = 1;
+    for (int32_t z = 0; z < p->nZeta; z++) f->zeta_whole &= p->Zeta[z] == floor(p->Zeta[z]) && p->Zeta[z] >= 1 && p->Zeta[z] <= 1024;
+    for (int32_t sz = 0; sz < p->nShfZ; sz++) f->cos_s[sz] = cos(p->ShfZ[sz]), f->sin_s[sz] = sin(p->ShfZ[sz]);
+}
+
+static inline double whole_pow(double x, int32_t n) {
+    double r = 1;
+    for (; n > 0; n >>= 1, x *= x)
+        if (n & 1) r *= x;
+    return r;
+}
+
+/* f1 = ((1 + cos(θ − s)) / 2)^ζ for every (ζ, s), and with df1 (not NULL) its derivative in θ. */
+static inline void angular_f1(const nnp_aev_params* p, const angular_fast* f, double c, double theta, double* f1v, double* df1v) {
+    if (f->on) {
+        const double ct = 0.95 * c, st = sqrt(fmax(1 - ct * ct, 0));
+        for (int32_t sz = 0; sz < p->nShfZ; sz++) {
+            const double cd = ct * f->cos_s[sz] + st * f->sin_s[sz], sd = st * f->cos_s[sz] - ct * f->sin_s[sz];
+            const double base = 0.5 * (1 + cd);
+            for (int32_t z = 0; z < p->nZeta; z++) {
+                const double lower = f->zeta_whole ? whole_pow(base, (int32_t)p->Zeta[z] - 1) : pow(base, p->Zeta[z] - 1);
+                f1v[z * p->nShfZ + sz] = lower * base;
+                if (df1v) df1v[z * p->nShfZ + sz] = p->Zeta[z] * lower * (-0.5 * sd);
+            }
+        }
+        return;
+    }
+    for (int32_t z = 0; z < p->nZeta; z++)
+        for (int32_t sz = 0; sz < p->nShfZ; sz++) {
+            double base = 0.5 * (1 + cos(theta - p->ShfZ[sz]));
+            f1v[z * p->nShfZ + sz] = pow(base, p->Zeta[z]);
+            if (df1v) df1v[z * p->nShfZ + sz] = p->Zeta[z] * pow(base, p->Zeta[z] - 1) * (-0.5 * sin(theta - p->ShfZ[sz]));
+        }
+}
+
 /* AEV of atom i: aev has aev_length entries, zeroed by the caller. */
-static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl,
+static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl, const angular_fast* fast,
                         int32_t i, double* aev) {
     const nnp_ani* ani = nnp_ani_of(model);
     const nnp_aev_params* p = &ani->aev;
@@ -58,16 +105,14 @@ static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_
             const double *u = nb[a].r, *v = nb[b].r;
             double dj = nb[a].d, dk = nb[b].d;
             double c = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) / fmax(dj * dk, 1e-10);
-            double theta = acos(0.95 * c);
+            double theta = fast->on ? 0 : acos(0.95 * c);
             double fcjk = cutoff_fn(dj, p->Rca) * cutoff_fn(dk, p->Rca);
             double avg = 0.5 * (dj + dk);
             double* out = aev + ani->radial_length +
                           ani->pair_index[plan->elements[nb[a].j]][plan->elements[nb[b].j]] * ani->angular_sub;
             /* each factor once per pair (the same expressions, so the same values) */
             double f1v[p->nZeta * p->nShfZ], f2v[p->nEtaA * p->nShfA];
-            for (int32_t z = 0; z < p->nZeta; z++)
-                for (int32_t sz = 0; sz < p->nShfZ; sz++)
-                    f1v[z * p->nShfZ + sz] = pow(0.5 * (1 + cos(theta - p->ShfZ[sz])), p->Zeta[z]);
+            angular_f1(p, fast, c, theta, f1v, NULL);
             for (int32_t ea = 0; ea < p->nEtaA; ea++)
                 for (int32_t sa = 0; sa < p->nShfA; sa++) {
                     double x = avg - p->ShfA[sa];
@@ -86,7 +131,7 @@ static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_
 
 /* dE/dr of atom i's AEV, given g = dE/dAEV, into local (Hartree/Å): slot 0 (3 values) for atom i
    itself, slot 1 + a for its neighbour a. local must be zeroed by the caller. */
-static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl,
+static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl, const angular_fast* fast,
                          int32_t i, const double* g, double* local) {
     const nnp_ani* ani = nnp_ani_of(model);
     const nnp_aev_params* p = &ani->aev;
@@ -116,7 +161,7 @@ static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp
             double dj = nb[a].d, dk = nb[b].d;
             double denom = fmax(dj * dk, 1e-10);
             double c = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) / denom;
-            double theta = acos(0.95 * c);
+            double theta = fast->on ? 0 : acos(0.95 * c);
             double fj = cutoff_fn(dj, p->Rca), fk = cutoff_fn(dk, p->Rca);
             double dfj = cutoff_deriv(dj, p->Rca), dfk = cutoff_deriv(dk, p->Rca);
             double avg = 0.5 * (dj + dk);
@@ -125,12 +170,7 @@ static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp
             double s_theta = 0, s_dj = 0, s_dk = 0;
             /* each factor once per pair (the same expressions, so the same values) */
             double f1v[p->nZeta * p->nShfZ], df1v[p->nZeta * p->nShfZ], f2v[p->nEtaA * p->nShfA], df2v[p->nEtaA * p->nShfA];
-            for (int32_t z = 0; z < p->nZeta; z++)
-                for (int32_t sz = 0; sz < p->nShfZ; sz++) {
-                    double base = 0.5 * (1 + cos(theta - p->ShfZ[sz]));
-                    f1v[z * p->nShfZ + sz] = pow(base, p->Zeta[z]);
-                    df1v[z * p->nShfZ + sz] = p->Zeta[z] * pow(base, p->Zeta[z] - 1) * (-0.5 * sin(theta - p->ShfZ[sz]));
-                }
+            angular_f1(p, fast, c, theta, f1v, df1v);
             for (int32_t ea = 0; ea < p->nEtaA; ea++)
                 for (int32_t sa = 0; sa < p->nShfA; sa++) {
                     double x = avg - p->ShfA[sa];
@@ -501,6 +541,7 @@ typedef struct eval_job {
     int single;                /* float32 networks (the plan's CPU precision) */
     nnp_cpu_simd simd;         /* their instruction set (not AUTO) */
     aev_ranges kept;           /* the AEV features that can be non-zero (aev_ranges_of) */
+    angular_fast fast;         /* the float32 evaluation's angular factors (angular_fast_of) */
     double* atom_e;            /* per atom, network energy (Hartree) */
     double* local;             /* per atom i: 3 × (1 + neighbours) values, from local_start[i] */
     const size_t* local_start;
@@ -522,7 +563,7 @@ static void run_chunks(eval_job* job, workspace* ws) {
         const int single = job->single;
         for (int32_t a = 0; a < ch->count; a++) {
             memset(ws->atom, 0, A * sizeof(double));
-            compute_aev(model, job->plan, job->nl, atoms[a], ws->atom);
+            compute_aev(model, job->plan, job->nl, &job->fast, atoms[a], ws->atom);
             if (single)
                 for (size_t k = 0; k < A; k++) ws->actf[0][k * CHUNK + (size_t)a] = (float)ws->atom[k];
             else
@@ -547,7 +588,7 @@ static void run_chunks(eval_job* job, workspace* ws) {
                     for (size_t k = 0; k < A; k++) ws->atom[k] = ws->daevf[k * CHUNK + (size_t)a];
                 else
                     for (size_t k = 0; k < A; k++) ws->atom[k] = ws->daev[k * CHUNK + (size_t)a];
-                aev_backward(model, job->plan, job->nl, atoms[a], ws->atom, job->local + job->local_start[atoms[a]]);
+                aev_backward(model, job->plan, job->nl, &job->fast, atoms[a], ws->atom, job->local + job->local_start[atoms[a]]);
             }
     }
 }
@@ -614,6 +655,7 @@ nnp_status nnp_ani_evaluate_cpu(nnp_plan* plan, const double* pos, const double*
                     .simd = plan->cpu_simd == NNP_CPU_SIMD_AUTO ? nnp_cpu_simd_available() : (nnp_cpu_simd)plan->cpu_simd,
                     .atom_e = atom_e, .local = local, .local_start = local_start, .ws = ws};
     aev_ranges_of(model, plan, &job.kept);
+    angular_fast_of(&ani->aev, job.single, &job.fast);
     atomic_init(&job.next, 0);
     pthread_t threads[NNP_MAX_THREADS];
     worker_arg args[NNP_MAX_THREADS];

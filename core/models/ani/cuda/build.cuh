@@ -22,14 +22,13 @@
  * shared-memory carveout to what its resident blocks need, leaving the rest of the SM's memory to
  * L1: the context may prefer shared memory (OpenMM's does), which costs the GEMMs about a third of
  * their speed through L1 misses. Kernels with more than 48 KB of shared memory, static and dynamic
- * together, get their dynamic part allowed here.
+ * together, get their dynamic part allowed here (allow_dynamic_smem: the device's most).
  */
 template <typename K> static void configure_kernel(K* kernel, int threads, size_t dynamic_smem) {
     cudaFuncAttributes a;
     if (cudaFuncGetAttributes(&a, kernel) != cudaSuccess) return;
     /* Static and dynamic together count against the 48 KB a launch gets without opting in. */
-    if (a.sharedSizeBytes + dynamic_smem > 48 * 1024)
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dynamic_smem);
+    if (a.sharedSizeBytes + dynamic_smem > 48 * 1024) allow_dynamic_smem(kernel);
     int device = 0, smem_sm = 0, regs_sm = 0, threads_sm = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);

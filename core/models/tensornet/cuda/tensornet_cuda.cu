@@ -1794,8 +1794,8 @@ static nnp_status tn_build_tables(const tn_model* tm, tn_cuda_state* s) {
     for (int k = 0; st == NNP_OK && k < s->last - s->first; k++) {
         const int F = dn[k].F;
         const size_t smem = (size_t)(3 * dn[k].R + 18 * F + 32) * sizeof(double);
-        cudaFuncSetAttribute(k_tn_table_layer, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        cudaFuncSetAttribute(k_tn_table_embed, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        allow_dynamic_smem(k_tn_table_layer);
+        allow_dynamic_smem(k_tn_table_embed);
         for (int l = 0; l < dn[k].L; l++) {
             k_tn_table_layer<<<TN_TABLE_POINTS, TN_THREADS, smem>>>(dn[k], dl[(size_t)k * TN_MAX_LAYERS + l], next);
             layers[(size_t)k * TN_MAX_LAYERS + l].table = next;
@@ -1834,15 +1834,15 @@ static size_t tn_smem_reals(const tn_member* m) {
     return n + 64;
 }
 
-template <typename real> static void tn_configure(size_t smem) {
-    cudaFuncSetAttribute(k_tn_z<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_tn_embed<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_tn_layer_b<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_tn_out_a<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_tn_out_b<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_tn_b1<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_tn_b2<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_tn_eb2<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+template <typename real> static void tn_configure() {
+    allow_dynamic_smem(k_tn_z<real>);
+    allow_dynamic_smem(k_tn_embed<real>);
+    allow_dynamic_smem(k_tn_layer_b<real>);
+    allow_dynamic_smem(k_tn_out_a<real>);
+    allow_dynamic_smem(k_tn_out_b<real>);
+    allow_dynamic_smem(k_tn_b1<real>);
+    allow_dynamic_smem(k_tn_b2<real>);
+    allow_dynamic_smem(k_tn_eb2<real>);
 }
 
 /* Every member's zp, zq per element (k_tn_z), once per plan. */
@@ -1898,7 +1898,7 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
         return nnp_fail(NNP_ERR_UNSUPPORTED, "this TensorNet (F = %d) needs %zu bytes of shared memory per block in %s precision, "
                         "more than this GPU's %d: use a smaller model, single precision, or the CPU platform",
                         F, s->smem, s->precision == NNP_PRECISION_DOUBLE ? "double" : "single", optin);
-    tn_configure<real>(s->smem);
+    tn_configure<real>();
     nnp_status st = tn_upload_weights<real>(tm, s);
     if (st == NNP_OK && sizeof(real) == sizeof(float)) st = tn_build_tables(tm, s);
     if (st == NNP_OK) st = tn_build_z<real>(tm, s);
