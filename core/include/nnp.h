@@ -204,9 +204,10 @@ typedef enum nnp_cpu_simd {
     NNP_CPU_SIMD_AVX512 = 3    /* AVX-512F */
 } nnp_cpu_simd;
 /**
- * The instruction set of the float32 CPU evaluation's networks (NNP_PRECISION_SINGLE): a choice of
- * speed only, every level gives the same bits (no fused multiply-adds; each atom's sums in one
- * order). AUTO picks nnp_cpu_simd_available(). A level the CPU or this build does not run is
+ * The instruction set of the float32 CPU evaluation's networks (NNP_PRECISION_SINGLE): AVX2 and
+ * AVX-512F fuse multiply-adds and give the same bits (each atom's sums in one order, whatever the
+ * vector width); the baseline multiplies and adds apart, so its results differ from theirs by float32
+ * rounding. AUTO picks nnp_cpu_simd_available() (AVX2 needs FMA too). A level the CPU or this build does not run is
  * refused (NNP_ERR_UNSUPPORTED), as is an unknown value (NNP_ERR_INVALID_ARGUMENT).
  */
 NNP_API nnp_status nnp_plan_set_cpu_simd(nnp_plan* plan, nnp_cpu_simd simd);

@@ -357,7 +357,7 @@ static void aev_ranges_of(const nnp_model* model, const nnp_plan* plan, aev_rang
    y; each output's sum runs over k in order. Always inlined with a constant width, so that the
    accumulators stay in registers. */
 static inline __attribute__((always_inline)) void dense_block_f(const nnp_layer* layer, const float* x, float* z, float* y,
-                                                                int32_t o, const int width, const aev_ranges* kr) {
+                                                                int32_t o, const int width, const aev_ranges* kr, const int fused) {
     float acc[FW][CHUNK];
     for (int j = 0; j < width; j++)
         for (int32_t a = 0; a < CHUNK; a++) acc[j][a] = layer->biases[o + j];
@@ -367,7 +367,7 @@ static inline __attribute__((always_inline)) void dense_block_f(const nnp_layer*
             const float* xk = x + (size_t)k * CHUNK;
             for (int j = 0; j < width; j++) {
                 const float wk = w[(size_t)j * layer->n_in + k];
-                for (int32_t a = 0; a < CHUNK; a++) acc[j][a] += wk * xk[a];
+                for (int32_t a = 0; a < CHUNK; a++) acc[j][a] = fused ? fmaf(wk, xk[a], acc[j][a]) : acc[j][a] + wk * xk[a];
             }
         }
     for (int j = 0; j < width; j++) {
@@ -377,7 +377,7 @@ static inline __attribute__((always_inline)) void dense_block_f(const nnp_layer*
 }
 
 static inline __attribute__((always_inline)) void network_forward_f(const nnp_network* net, workspace* ws, int32_t n, double* out,
-                                                                      const aev_ranges* kr) {
+                                                                      const aev_ranges* kr, const int fused) {
     for (int32_t l = 0; l < net->n_layers; l++) {
         const nnp_layer* layer = &net->layers[l];
         const float* x = ws->actf[l];
@@ -386,14 +386,14 @@ static inline __attribute__((always_inline)) void network_forward_f(const nnp_ne
         /* FW outputs at a time (independent accumulators in registers), the rest one by one */
         int32_t o = 0;
         const aev_ranges* r = l == 0 ? kr : NULL; /* the first layer: only the AEV features that can be non-zero */
-        for (; o + FW <= layer->n_out; o += FW) dense_block_f(layer, x, z, y, o, FW, r);
-        for (; o < layer->n_out; o++) dense_block_f(layer, x, z, y, o, 1, r);
+        for (; o + FW <= layer->n_out; o += FW) dense_block_f(layer, x, z, y, o, FW, r, fused);
+        for (; o < layer->n_out; o++) dense_block_f(layer, x, z, y, o, 1, r, fused);
     }
     for (int32_t a = 0; a < n; a++) out[a] = ws->actf[net->n_layers][a];
 }
 
 static inline __attribute__((always_inline)) void network_backward_f(const nnp_network* net, workspace* ws, int32_t n, float scale,
-                                                                       float* daev, const aev_ranges* kr) {
+                                                                       float* daev, const aev_ranges* kr, const int fused) {
     float* g = ws->grad_af;
     float* h = ws->grad_bf;
     for (int32_t a = 0; a < CHUNK; a++) g[a] = a < n ? scale : 0.f;
@@ -421,7 +421,7 @@ static inline __attribute__((always_inline)) void network_backward_f(const nnp_n
                     float* gk = gin + (size_t)k * CHUNK;
                     for (int32_t a = 0; a < CHUNK; a++) {
                         float s = gk[a];
-                        for (int j = 0; j < FW; j++) s += delta[j][a] * wk[j];
+                        for (int j = 0; j < FW; j++) s = fused ? fmaf(delta[j][a], wk[j], s) : s + delta[j][a] * wk[j];
                         gk[a] = s;
                     }
                 }
@@ -432,28 +432,29 @@ static inline __attribute__((always_inline)) void network_backward_f(const nnp_n
     }
 }
 
-/* The variants: the same code, compiled for each instruction set. They give the same bits: the loops vectorise across the chunk's atoms only (each atom's sums in one order) and
-   no target fuses multiply-adds (test_cpu_single checks it). */
-#define NNP_SIMD_VARIANT(suffix, attr)                                                                             \
+/* The variants: the same code, compiled for each instruction set. The loops vectorise across the chunk's
+   atoms only (each atom's sums in one order), so AVX2 and AVX-512F, which both fuse multiply-adds
+   (fmaf), give the same bits; the baseline multiplies and adds apart (test_cpu_single checks both). */
+#define NNP_SIMD_VARIANT(suffix, attr, fused)                                                                           \
     attr static void network_forward_f_##suffix(const nnp_network* net, workspace* ws, int32_t n, double* out,  \
                                                 const aev_ranges* kr) {                                          \
-        network_forward_f(net, ws, n, out, kr);                                                                  \
+        network_forward_f(net, ws, n, out, kr, fused);                                                               \
     }                                                                                                            \
     attr static void network_backward_f_##suffix(const nnp_network* net, workspace* ws, int32_t n, float scale,  \
                                                  float* daev, const aev_ranges* kr) {                            \
-        network_backward_f(net, ws, n, scale, daev, kr);                                                         \
+        network_backward_f(net, ws, n, scale, daev, kr, fused);                                                      \
     }
-NNP_SIMD_VARIANT(baseline, )
+NNP_SIMD_VARIANT(baseline, , 0)
 #if NNP_SIMD_X86
-NNP_SIMD_VARIANT(avx2, __attribute__((target("avx2"))))
-NNP_SIMD_VARIANT(avx512, __attribute__((target("avx512f"))))
+NNP_SIMD_VARIANT(avx2, __attribute__((target("avx2,fma"))), 1)
+NNP_SIMD_VARIANT(avx512, __attribute__((target("avx512f,fma"))), 1)
 #endif
 
 nnp_cpu_simd nnp_cpu_simd_available(void) {
 #if NNP_SIMD_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) return NNP_CPU_SIMD_AVX512;
-    if (__builtin_cpu_supports("avx2")) return NNP_CPU_SIMD_AVX2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return NNP_CPU_SIMD_AVX2;
 #endif
     return NNP_CPU_SIMD_BASELINE;
 }
