@@ -353,31 +353,35 @@ static void aev_ranges_of(const nnp_model* model, const nnp_plan* plan, aev_rang
     }
 }
 
-/* Outputs o .. o + width - 1 of a float32 layer for a chunk: pre-activations into z, activations into
-   y; each output's sum runs over k in order. Always inlined with a constant width, so that the
-   accumulators stay in registers. */
+/* Outputs o .. o + width - 1 of a float32 layer for the first cw atoms of a chunk: pre-activations
+   into z, activations into y; each output's sum runs over k in order. Always inlined with a constant
+   width and cw, so that the accumulators stay in registers. */
 static inline __attribute__((always_inline)) void dense_block_f(const nnp_layer* layer, const float* x, float* z, float* y,
-                                                                int32_t o, const int width, const aev_ranges* kr, const int fused) {
-    float acc[FW][CHUNK];
+                                                                int32_t o, const int width, const aev_ranges* kr, const int cw,
+                                                                const int fused) {
+    float acc[FW][cw];
     for (int j = 0; j < width; j++)
-        for (int32_t a = 0; a < CHUNK; a++) acc[j][a] = layer->biases[o + j];
+        for (int32_t a = 0; a < cw; a++) acc[j][a] = layer->biases[o + j];
     const float* w = layer->weights + (size_t)o * layer->n_in;
     for (int32_t r = 0; r < (kr ? kr->n : 1); r++)
         for (int32_t k = kr ? kr->begin[r] : 0, k1 = kr ? kr->end[r] : layer->n_in; k < k1; k++) {
             const float* xk = x + (size_t)k * CHUNK;
             for (int j = 0; j < width; j++) {
                 const float wk = w[(size_t)j * layer->n_in + k];
-                for (int32_t a = 0; a < CHUNK; a++) acc[j][a] = fused ? fmaf(wk, xk[a], acc[j][a]) : acc[j][a] + wk * xk[a];
+                for (int32_t a = 0; a < cw; a++) acc[j][a] = fused ? fmaf(wk, xk[a], acc[j][a]) : acc[j][a] + wk * xk[a];
             }
         }
     for (int j = 0; j < width; j++) {
         memcpy(z + (size_t)(o + j) * CHUNK, acc[j], sizeof acc[j]);
-        for (int32_t a = 0; a < CHUNK; a++) y[(size_t)(o + j) * CHUNK + a] = activate_f(layer->activation, acc[j][a]);
+        for (int32_t a = 0; a < cw; a++) y[(size_t)(o + j) * CHUNK + a] = activate_f(layer->activation, acc[j][a]);
     }
 }
 
+/* The chunk's atoms are its first n columns; the passes compute the first cw ≥ n of the CHUNK columns
+   (8, 16 or 32: an element with few atoms does not pay for a whole chunk). Every column's sums are the
+   same whatever cw, so an atom gets the same bits with any number of atoms of its element. */
 static inline __attribute__((always_inline)) void network_forward_f(const nnp_network* net, workspace* ws, int32_t n, double* out,
-                                                                      const aev_ranges* kr, const int fused) {
+                                                                      const aev_ranges* kr, const int cw, const int fused) {
     for (int32_t l = 0; l < net->n_layers; l++) {
         const nnp_layer* layer = &net->layers[l];
         const float* x = ws->actf[l];
@@ -386,14 +390,15 @@ static inline __attribute__((always_inline)) void network_forward_f(const nnp_ne
         /* FW outputs at a time (independent accumulators in registers), the rest one by one */
         int32_t o = 0;
         const aev_ranges* r = l == 0 ? kr : NULL; /* the first layer: only the AEV features that can be non-zero */
-        for (; o + FW <= layer->n_out; o += FW) dense_block_f(layer, x, z, y, o, FW, r, fused);
-        for (; o < layer->n_out; o++) dense_block_f(layer, x, z, y, o, 1, r, fused);
+        for (; o + FW <= layer->n_out; o += FW) dense_block_f(layer, x, z, y, o, FW, r, cw, fused);
+        for (; o < layer->n_out; o++) dense_block_f(layer, x, z, y, o, 1, r, cw, fused);
     }
     for (int32_t a = 0; a < n; a++) out[a] = ws->actf[net->n_layers][a];
 }
 
 static inline __attribute__((always_inline)) void network_backward_f(const nnp_network* net, workspace* ws, int32_t n, float scale,
-                                                                       float* daev, const aev_ranges* kr, const int fused) {
+                                                                       float* daev, const aev_ranges* kr, const int cw,
+                                                                       const int fused) {
     float* g = ws->grad_af;
     float* h = ws->grad_bf;
     for (int32_t a = 0; a < CHUNK; a++) g[a] = a < n ? scale : 0.f;
@@ -401,14 +406,15 @@ static inline __attribute__((always_inline)) void network_backward_f(const nnp_n
         const nnp_layer* layer = &net->layers[l];
         const float* yl = ws->actf[l + 1]; /* the layer's outputs: the activation's derivative from them */
         float* gin = l == 0 ? daev : h;
-        if (l > 0) memset(gin, 0, (size_t)layer->n_in * CHUNK * sizeof(float));
+        if (l > 0)
+            for (int32_t k = 0; k < layer->n_in; k++) memset(gin + (size_t)k * CHUNK, 0, (size_t)cw * sizeof(float));
         /* FW outputs' deltas at a time: one pass over gin per FW outputs instead of per output */
         int32_t o = 0;
         for (; o < layer->n_out; o += FW) {
             const int m = layer->n_out - o < FW ? layer->n_out - o : FW;
-            float delta[FW][CHUNK];
+            float delta[FW][cw];
             for (int j = 0; j < FW; j++)
-                for (int32_t a = 0; a < CHUNK; a++)
+                for (int32_t a = 0; a < cw; a++)
                     delta[j][a] = j < m && a < n ? g[(size_t)(o + j) * CHUNK + a] *
                                                        activate_deriv_from_output_f(layer->activation, yl[(size_t)(o + j) * CHUNK + a])
                                                  : 0.f;
@@ -419,7 +425,7 @@ static inline __attribute__((always_inline)) void network_backward_f(const nnp_n
                     float wk[FW];
                     for (int j = 0; j < FW; j++) wk[j] = j < m ? w[(size_t)j * layer->n_in + k] : 0.f;
                     float* gk = gin + (size_t)k * CHUNK;
-                    for (int32_t a = 0; a < CHUNK; a++) {
+                    for (int32_t a = 0; a < cw; a++) {
                         float s = gk[a];
                         for (int j = 0; j < FW; j++) s = fused ? fmaf(delta[j][a], wk[j], s) : s + delta[j][a] * wk[j];
                         gk[a] = s;
@@ -435,19 +441,57 @@ static inline __attribute__((always_inline)) void network_backward_f(const nnp_n
 /* The variants: the same code, compiled for each instruction set. The loops vectorise across the chunk's
    atoms only (each atom's sums in one order), so AVX2 and AVX-512F, which both fuse multiply-adds
    (fmaf), give the same bits; the baseline multiplies and adds apart (test_cpu_single checks both). */
-#define NNP_SIMD_VARIANT(suffix, attr, fused)                                                                           \
-    attr static void network_forward_f_##suffix(const nnp_network* net, workspace* ws, int32_t n, double* out,  \
-                                                const aev_ranges* kr) {                                          \
-        network_forward_f(net, ws, n, out, kr, fused);                                                               \
-    }                                                                                                            \
-    attr static void network_backward_f_##suffix(const nnp_network* net, workspace* ws, int32_t n, float scale,  \
-                                                 float* daev, const aev_ranges* kr) {                            \
-        network_backward_f(net, ws, n, scale, daev, kr, fused);                                                      \
-    }
-NNP_SIMD_VARIANT(baseline, , 0)
+/* The variants. The baseline: the portable passes above, all CHUNK columns, multiplies and adds apart
+   (auto-vectorised for the build's baseline, SSE2 on x86-64). AVX2 and AVX-512F: cpu_simd.h with
+   fused multiply-adds (intrinsics), which give the bits of the portable passes with fmaf, the same
+   for both (test_cpu_single checks the variants). */
+static void network_forward_f_baseline(const nnp_network* net, workspace* ws, int32_t n, double* out, const aev_ranges* kr) {
+    network_forward_f(net, ws, n, out, kr, CHUNK, 0);
+}
+static void network_backward_f_baseline(const nnp_network* net, workspace* ws, int32_t n, float scale, float* daev,
+                                        const aev_ranges* kr) {
+    network_backward_f(net, ws, n, scale, daev, kr, CHUNK, 0);
+}
 #if NNP_SIMD_X86
-NNP_SIMD_VARIANT(avx2, __attribute__((target("avx2,fma"))), 1)
-NNP_SIMD_VARIANT(avx512, __attribute__((target("avx512f,fma"))), 1)
+#include <immintrin.h>
+#define SFX avx2
+#define ATTR __attribute__((target("avx2,fma")))
+#define V __m256
+#define VL 8
+#define NVP 1
+#define VLOAD _mm256_loadu_ps
+#define VSTORE _mm256_storeu_ps
+#define VSET1 _mm256_set1_ps
+#define VFMA _mm256_fmadd_ps
+#include "cpu_simd.h"
+#undef SFX
+#undef ATTR
+#undef V
+#undef VL
+#undef NVP
+#undef VLOAD
+#undef VSTORE
+#undef VSET1
+#undef VFMA
+#define SFX avx512
+#define ATTR __attribute__((target("avx512f,fma")))
+#define V __m512
+#define VL 16
+#define NVP 2
+#define VLOAD _mm512_loadu_ps
+#define VSTORE _mm512_storeu_ps
+#define VSET1 _mm512_set1_ps
+#define VFMA _mm512_fmadd_ps
+#include "cpu_simd.h"
+#undef SFX
+#undef ATTR
+#undef V
+#undef VL
+#undef NVP
+#undef VLOAD
+#undef VSTORE
+#undef VSET1
+#undef VFMA
 #endif
 
 nnp_cpu_simd nnp_cpu_simd_available(void) {

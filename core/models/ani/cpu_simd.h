@@ -1,0 +1,120 @@
+/*
+ * ANI's float32 networks on x86 SIMD: included by cpu.c once per instruction set, with
+ *   SFX (name suffix), ATTR (the target attribute), V (the vector type), VL (floats per vector),
+ *   VLOAD, VSTORE (unaligned), VSET1 (broadcast), VFMA(a, b, c) = a·b + c rounded once,
+ *   NVP (vectors of atoms per pass: as many as the registers hold beside FW × NVP accumulators).
+ * The same sums as cpu.c's portable passes with fused multiply-adds (fmaf): each output's sum from
+ * its bias over k in order, each input's backward sum over the outputs in order, so every variant
+ * and every chunk width gives the same bits. A chunk's atoms are its first n of CHUNK columns; the
+ * passes compute the first cw ≥ n columns (cw = VL, 2 VL, … up to CHUNK), so that an element with a
+ * few atoms does not pay for a whole chunk.
+ */
+#define NNP_CAT2(a, b) a##_##b
+#define NNP_CAT(a, b) NNP_CAT2(a, b)
+#define NNP_FN(name) NNP_CAT(name, SFX)
+
+/* Pre-activations of outputs o .. o + width − 1 for columns a0 .. a0 + nv·VL − 1 into z. */
+ATTR static inline __attribute__((always_inline)) void NNP_FN(dense_pass)(const nnp_layer* layer, const float* x, float* z,
+                                                                          int32_t o, const int width, const aev_ranges* kr,
+                                                                          int32_t a0, const int nv) {
+    V acc[FW][NVP];
+    for (int j = 0; j < width; j++)
+        for (int v = 0; v < nv; v++) acc[j][v] = VSET1(layer->biases[o + j]);
+    const float* w = layer->weights + (size_t)o * layer->n_in;
+    const size_t n_in = (size_t)layer->n_in;
+    for (int32_t r = 0; r < (kr ? kr->n : 1); r++)
+        for (int32_t k = kr ? kr->begin[r] : 0, k1 = kr ? kr->end[r] : layer->n_in; k < k1; k++) {
+            const float* xk = x + (size_t)k * CHUNK + a0;
+            V xv[NVP];
+            for (int v = 0; v < nv; v++) xv[v] = VLOAD(xk + v * VL);
+            for (int j = 0; j < width; j++) {
+                const V wk = VSET1(w[(size_t)j * n_in + (size_t)k]);
+                for (int v = 0; v < nv; v++) acc[j][v] = VFMA(wk, xv[v], acc[j][v]);
+            }
+        }
+    for (int j = 0; j < width; j++)
+        for (int v = 0; v < nv; v++) VSTORE(z + (size_t)(o + j) * CHUNK + a0 + v * VL, acc[j][v]);
+}
+
+ATTR static inline __attribute__((always_inline)) void NNP_FN(dense_layer)(const nnp_layer* layer, const float* x, float* z,
+                                                                           const aev_ranges* kr, int32_t cw, const int nv) {
+    for (int32_t a0 = 0; a0 < cw; a0 += nv * VL) {
+        int32_t o = 0;
+        for (; o + FW <= layer->n_out; o += FW) NNP_FN(dense_pass)(layer, x, z, o, FW, kr, a0, nv);
+        for (; o < layer->n_out; o++) NNP_FN(dense_pass)(layer, x, z, o, 1, kr, a0, nv);
+    }
+}
+
+ATTR static void NNP_FN(network_forward_f)(const nnp_network* net, workspace* ws, int32_t n, double* out, const aev_ranges* kr) {
+    const int32_t cw = n <= VL ? VL : n <= 2 * VL ? 2 * VL : CHUNK;
+    for (int32_t l = 0; l < net->n_layers; l++) {
+        const nnp_layer* layer = &net->layers[l];
+        float* z = ws->pref[l];
+        float* y = ws->actf[l + 1];
+        const aev_ranges* r = l == 0 ? kr : NULL; /* the first layer: only the AEV features that can be non-zero */
+        if (cw >= NVP * VL) NNP_FN(dense_layer)(layer, ws->actf[l], z, r, cw, NVP);
+        else NNP_FN(dense_layer)(layer, ws->actf[l], z, r, cw, 1);
+        for (int32_t o = 0; o < layer->n_out; o++)
+            for (int32_t a = 0; a < cw; a++) y[(size_t)o * CHUNK + a] = activate_f(layer->activation, z[(size_t)o * CHUNK + a]);
+    }
+    for (int32_t a = 0; a < n; a++) out[a] = ws->actf[net->n_layers][a];
+}
+
+/* dE/d(input) of columns a0 .. a0 + nv·VL − 1 for outputs o .. o + FW − 1 (m of them real), added to gin. */
+ATTR static inline __attribute__((always_inline)) void NNP_FN(backward_pass)(const nnp_layer* layer, const float* g, const float* yl,
+                                                                             float* gin, int32_t o, int m, int32_t n,
+                                                                             const aev_ranges* r, int32_t a0, const int nv) {
+    V delta[FW][NVP];
+    for (int j = 0; j < FW; j++) {
+        float d[NVP * VL];
+        for (int a = 0; a < nv * VL; a++) {
+            const size_t at = (size_t)(o + j) * CHUNK + (size_t)(a0 + a);
+            d[a] = j < m && a0 + a < n ? g[at] * activate_deriv_from_output_f(layer->activation, yl[at]) : 0.f;
+        }
+        for (int v = 0; v < nv; v++) delta[j][v] = VLOAD(d + v * VL);
+    }
+    const float* w = layer->weights + (size_t)o * layer->n_in;
+    const size_t n_in = (size_t)layer->n_in;
+    for (int32_t q = 0; q < (r ? r->n : 1); q++)
+        for (int32_t k = r ? r->begin[q] : 0, k1 = r ? r->end[q] : layer->n_in; k < k1; k++) {
+            float* gk = gin + (size_t)k * CHUNK + a0;
+            V s[NVP];
+            for (int v = 0; v < nv; v++) s[v] = VLOAD(gk + v * VL);
+            for (int j = 0; j < FW; j++) {
+                const V wk = VSET1(j < m ? w[(size_t)j * n_in + (size_t)k] : 0.f);
+                for (int v = 0; v < nv; v++) s[v] = VFMA(delta[j][v], wk, s[v]);
+            }
+            for (int v = 0; v < nv; v++) VSTORE(gk + v * VL, s[v]);
+        }
+}
+
+ATTR static void NNP_FN(network_backward_f)(const nnp_network* net, workspace* ws, int32_t n, float scale, float* daev,
+                                            const aev_ranges* kr) {
+    const int32_t cw = n <= VL ? VL : n <= 2 * VL ? 2 * VL : CHUNK;
+    const int nv = cw >= NVP * VL ? NVP : 1;
+    float* g = ws->grad_af;
+    float* h = ws->grad_bf;
+    for (int32_t a = 0; a < CHUNK; a++) g[a] = a < n ? scale : 0.f;
+    for (int32_t l = net->n_layers - 1; l >= 0; l--) {
+        const nnp_layer* layer = &net->layers[l];
+        const float* yl = ws->actf[l + 1]; /* the layer's outputs: the activation's derivative from them */
+        float* gin = l == 0 ? daev : h;
+        if (l > 0)
+            for (int32_t k = 0; k < layer->n_in; k++) memset(gin + (size_t)k * CHUNK, 0, (size_t)cw * sizeof(float));
+        const aev_ranges* r = l == 0 ? kr : NULL; /* dE/dAEV of features that are always 0 is not needed */
+        for (int32_t o = 0; o < layer->n_out; o += FW) {
+            const int m = layer->n_out - o < FW ? layer->n_out - o : FW;
+            for (int32_t a0 = 0; a0 < cw; a0 += nv * VL) {
+                if (nv == NVP) NNP_FN(backward_pass)(layer, g, yl, gin, o, m, n, r, a0, NVP);
+                else NNP_FN(backward_pass)(layer, g, yl, gin, o, m, n, r, a0, 1);
+            }
+        }
+        float* t = g;
+        g = h;
+        h = t;
+    }
+}
+
+#undef NNP_FN
+#undef NNP_CAT
+#undef NNP_CAT2
