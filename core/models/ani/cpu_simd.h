@@ -2,7 +2,7 @@
  * ANI's float32 networks on x86 SIMD: included by cpu.c once per instruction set, with
  *   SFX (name suffix), ATTR (the target attribute), V (the vector type), VL (floats per vector),
  *   VLOAD, VSTORE (unaligned), VSET1 (broadcast), VFMA(a, b, c) = a·b + c rounded once,
- *   NVP (vectors of atoms per pass: as many as the registers hold beside FW × NVP accumulators).
+ *   NVP (vectors of atoms per pass), FWV (outputs per pass: FWV × NVP accumulators in registers).
  * The same sums as cpu.c's portable passes with fused multiply-adds (fmaf): each output's sum from
  * its bias over k in order, each input's backward sum over the outputs in order, so every variant
  * and every chunk width gives the same bits. A chunk's atoms are its first n of CHUNK columns; the
@@ -17,7 +17,7 @@
 ATTR static inline __attribute__((always_inline)) void NNP_FN(dense_pass)(const nnp_layer* layer, const float* x, float* z,
                                                                           int32_t o, const int width, const aev_ranges* kr,
                                                                           int32_t a0, const int nv) {
-    V acc[FW][NVP];
+    V acc[FWV][NVP];
     for (int j = 0; j < width; j++)
         for (int v = 0; v < nv; v++) acc[j][v] = VSET1(layer->biases[o + j]);
     const float* w = layer->weights + (size_t)o * layer->n_in;
@@ -40,7 +40,9 @@ ATTR static inline __attribute__((always_inline)) void NNP_FN(dense_layer)(const
                                                                            const aev_ranges* kr, int32_t cw, const int nv) {
     for (int32_t a0 = 0; a0 < cw; a0 += nv * VL) {
         int32_t o = 0;
-        for (; o + FW <= layer->n_out; o += FW) NNP_FN(dense_pass)(layer, x, z, o, FW, kr, a0, nv);
+        for (; o + FWV <= layer->n_out; o += FWV) NNP_FN(dense_pass)(layer, x, z, o, FWV, kr, a0, nv);
+        if (o + 8 <= layer->n_out) NNP_FN(dense_pass)(layer, x, z, o, 8, kr, a0, nv), o += 8;
+        if (o + 4 <= layer->n_out) NNP_FN(dense_pass)(layer, x, z, o, 4, kr, a0, nv), o += 4;
         for (; o < layer->n_out; o++) NNP_FN(dense_pass)(layer, x, z, o, 1, kr, a0, nv);
     }
 }
@@ -60,12 +62,12 @@ ATTR static void NNP_FN(network_forward_f)(const nnp_network* net, workspace* ws
     for (int32_t a = 0; a < n; a++) out[a] = ws->actf[net->n_layers][a];
 }
 
-/* dE/d(input) of columns a0 .. a0 + nv·VL − 1 for outputs o .. o + FW − 1 (m of them real), added to gin. */
+/* dE/d(input) of columns a0 .. a0 + nv·VL − 1 for outputs o .. o + FWV − 1 (m of them real), added to gin. */
 ATTR static inline __attribute__((always_inline)) void NNP_FN(backward_pass)(const nnp_layer* layer, const float* g, const float* yl,
                                                                              float* gin, int32_t o, int m, int32_t n,
                                                                              const aev_ranges* r, int32_t a0, const int nv) {
-    V delta[FW][NVP];
-    for (int j = 0; j < FW; j++) {
+    V delta[FWV][NVP];
+    for (int j = 0; j < FWV; j++) {
         float d[NVP * VL];
         for (int a = 0; a < nv * VL; a++) {
             const size_t at = (size_t)(o + j) * CHUNK + (size_t)(a0 + a);
@@ -80,7 +82,7 @@ ATTR static inline __attribute__((always_inline)) void NNP_FN(backward_pass)(con
             float* gk = gin + (size_t)k * CHUNK + a0;
             V s[NVP];
             for (int v = 0; v < nv; v++) s[v] = VLOAD(gk + v * VL);
-            for (int j = 0; j < FW; j++) {
+            for (int j = 0; j < FWV; j++) {
                 const V wk = VSET1(j < m ? w[(size_t)j * n_in + (size_t)k] : 0.f);
                 for (int v = 0; v < nv; v++) s[v] = VFMA(delta[j][v], wk, s[v]);
             }
@@ -102,8 +104,8 @@ ATTR static void NNP_FN(network_backward_f)(const nnp_network* net, workspace* w
         if (l > 0)
             for (int32_t k = 0; k < layer->n_in; k++) memset(gin + (size_t)k * CHUNK, 0, (size_t)cw * sizeof(float));
         const aev_ranges* r = l == 0 ? kr : NULL; /* dE/dAEV of features that are always 0 is not needed */
-        for (int32_t o = 0; o < layer->n_out; o += FW) {
-            const int m = layer->n_out - o < FW ? layer->n_out - o : FW;
+        for (int32_t o = 0; o < layer->n_out; o += FWV) {
+            const int m = layer->n_out - o < FWV ? layer->n_out - o : FWV;
             for (int32_t a0 = 0; a0 < cw; a0 += nv * VL) {
                 if (nv == NVP) NNP_FN(backward_pass)(layer, g, yl, gin, o, m, n, r, a0, NVP);
                 else NNP_FN(backward_pass)(layer, g, yl, gin, o, m, n, r, a0, 1);
