@@ -31,6 +31,7 @@ typedef struct nnp_chunk {
     int32_t element, first, count; /* atoms by_element[first .. first+count) */
 } nnp_chunk;
 
+#define NNP_FC_CACHE 256 /* neighbours whose cutoff values an atom's AEV keeps (the rest computed per pair) */
 static double cutoff_fn(double d, double rc) { return 0.5 * cos(NNP_PI * d / rc) + 0.5; }
 static double cutoff_deriv(double d, double rc) { return -0.5 * NNP_PI / rc * sin(NNP_PI * d / rc); }
 
@@ -99,6 +100,8 @@ static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_
                 out[e * p->nShfR + s] += 0.25 * exp(-p->EtaR[e] * x * x) * fc;
             }
     }
+    double fca[NNP_FC_CACHE]; /* each neighbour's angular cutoff once, not once per pair (the same values) */
+    for (int32_t a = 0; a < nn && a < NNP_FC_CACHE; a++) fca[a] = nb[a].d > p->Rca ? 0 : cutoff_fn(nb[a].d, p->Rca);
     for (int32_t a = 0; a < nn; a++) {
         if (nb[a].d > p->Rca) continue;
         for (int32_t b = a + 1; b < nn; b++) {
@@ -107,7 +110,7 @@ static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_
             double dj = nb[a].d, dk = nb[b].d;
             double c = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) / fmax(dj * dk, 1e-10);
             double theta = fast->on ? 0 : acos(0.95 * c);
-            double fcjk = cutoff_fn(dj, p->Rca) * cutoff_fn(dk, p->Rca);
+            double fcjk = (a < NNP_FC_CACHE ? fca[a] : cutoff_fn(dj, p->Rca)) * (b < NNP_FC_CACHE ? fca[b] : cutoff_fn(dk, p->Rca));
             double avg = 0.5 * (dj + dk);
             double* out = aev + ani->radial_length +
                           ani->pair_index[plan->elements[nb[a].j]][plan->elements[nb[b].j]] * ani->angular_sub;
@@ -154,6 +157,9 @@ static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp
             local[k] -= f;
         }
     }
+    double fca[NNP_FC_CACHE], dfca[NNP_FC_CACHE]; /* each neighbour's angular cutoff and its derivative once */
+    for (int32_t a = 0; a < nn && a < NNP_FC_CACHE; a++)
+        fca[a] = nb[a].d > p->Rca ? 0 : cutoff_fn(nb[a].d, p->Rca), dfca[a] = nb[a].d > p->Rca ? 0 : cutoff_deriv(nb[a].d, p->Rca);
     for (int32_t a = 0; a < nn; a++) {
         if (nb[a].d > p->Rca) continue;
         for (int32_t b = a + 1; b < nn; b++) {
@@ -163,8 +169,8 @@ static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp
             double denom = fmax(dj * dk, 1e-10);
             double c = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) / denom;
             double theta = fast->on ? 0 : acos(0.95 * c);
-            double fj = cutoff_fn(dj, p->Rca), fk = cutoff_fn(dk, p->Rca);
-            double dfj = cutoff_deriv(dj, p->Rca), dfk = cutoff_deriv(dk, p->Rca);
+            double fj = a < NNP_FC_CACHE ? fca[a] : cutoff_fn(dj, p->Rca), fk = b < NNP_FC_CACHE ? fca[b] : cutoff_fn(dk, p->Rca);
+            double dfj = a < NNP_FC_CACHE ? dfca[a] : cutoff_deriv(dj, p->Rca), dfk = b < NNP_FC_CACHE ? dfca[b] : cutoff_deriv(dk, p->Rca);
             double avg = 0.5 * (dj + dk);
             const double* ga = g + ani->radial_length +
                                ani->pair_index[plan->elements[nb[a].j]][plan->elements[nb[b].j]] * ani->angular_sub;

@@ -62,55 +62,64 @@ ATTR static void NNP_FN(network_forward_f)(const nnp_network* net, workspace* ws
     for (int32_t a = 0; a < n; a++) out[a] = ws->actf[net->n_layers][a];
 }
 
-/* dE/d(input) of columns a0 .. a0 + nv·VL − 1 for outputs o .. o + FWV − 1 (m of them real), added to gin. */
-ATTR static inline __attribute__((always_inline)) void NNP_FN(backward_pass)(const nnp_layer* layer, const float* g, const float* yl,
-                                                                             float* gin, int32_t o, int m, int32_t n,
-                                                                             const aev_ranges* r, int32_t a0, const int nv) {
-    V delta[FWV][NVP];
-    for (int j = 0; j < FWV; j++) {
-        float d[NVP * VL];
-        for (int a = 0; a < nv * VL; a++) {
-            const size_t at = (size_t)(o + j) * CHUNK + (size_t)(a0 + a);
-            d[a] = j < m && a0 + a < n ? g[at] * activate_deriv_from_output_f(layer->activation, yl[at]) : 0.f;
-        }
-        for (int v = 0; v < nv; v++) delta[j][v] = VLOAD(d + v * VL);
-    }
-    const float* w = layer->weights + (size_t)o * layer->n_in;
+/* dE/d(inputs k .. k + width − 1) of columns a0 .. a0 + nv·VL − 1 over all outputs in order, from the
+   outputs' deltas d; added to gin (the first layer: dE/dAEV summed over the members) or stored. */
+ATTR static inline __attribute__((always_inline)) void NNP_FN(backward_pass)(const nnp_layer* layer, const float* d, float* gin,
+                                                                             int32_t k, const int width, int add,
+                                                                             int32_t a0, const int nv) {
+    V s[FWV][NVP];
+    for (int j = 0; j < width; j++)
+        for (int v = 0; v < nv; v++) s[j][v] = add ? VLOAD(gin + (size_t)(k + j) * CHUNK + a0 + v * VL) : VSET1(0.f);
     const size_t n_in = (size_t)layer->n_in;
-    for (int32_t q = 0; q < (r ? r->n : 1); q++)
-        for (int32_t k = r ? r->begin[q] : 0, k1 = r ? r->end[q] : layer->n_in; k < k1; k++) {
-            float* gk = gin + (size_t)k * CHUNK + a0;
-            V s[NVP];
-            for (int v = 0; v < nv; v++) s[v] = VLOAD(gk + v * VL);
-            for (int j = 0; j < FWV; j++) {
-                const V wk = VSET1(j < m ? w[(size_t)j * n_in + (size_t)k] : 0.f);
-                for (int v = 0; v < nv; v++) s[v] = VFMA(delta[j][v], wk, s[v]);
-            }
-            for (int v = 0; v < nv; v++) VSTORE(gk + v * VL, s[v]);
+    const float* w = layer->weights + k;
+    for (int32_t o = 0; o < layer->n_out; o++) {
+        V dv[NVP];
+        for (int v = 0; v < nv; v++) dv[v] = VLOAD(d + (size_t)o * CHUNK + a0 + v * VL);
+        const float* wo = w + (size_t)o * n_in;
+        for (int j = 0; j < width; j++) {
+            const V wk = VSET1(wo[j]);
+            for (int v = 0; v < nv; v++) s[j][v] = VFMA(dv[v], wk, s[j][v]);
+        }
+    }
+    for (int j = 0; j < width; j++)
+        for (int v = 0; v < nv; v++) VSTORE(gin + (size_t)(k + j) * CHUNK + a0 + v * VL, s[j][v]);
+}
+
+ATTR static inline __attribute__((always_inline)) void NNP_FN(backward_layer)(const nnp_layer* layer, const float* d, float* gin,
+                                                                              const aev_ranges* r, int add, int32_t cw, const int nv) {
+    for (int32_t a0 = 0; a0 < cw; a0 += nv * VL)
+        for (int32_t q = 0; q < (r ? r->n : 1); q++) {
+            int32_t k = r ? r->begin[q] : 0;
+            const int32_t k1 = r ? r->end[q] : layer->n_in;
+            for (; k + FWV <= k1; k += FWV) NNP_FN(backward_pass)(layer, d, gin, k, FWV, add, a0, nv);
+            if (k + 8 <= k1) NNP_FN(backward_pass)(layer, d, gin, k, 8, add, a0, nv), k += 8;
+            if (k + 4 <= k1) NNP_FN(backward_pass)(layer, d, gin, k, 4, add, a0, nv), k += 4;
+            for (; k < k1; k++) NNP_FN(backward_pass)(layer, d, gin, k, 1, add, a0, nv);
         }
 }
 
+/* After the forward pass: adds scale · d(output)/d(AEV) to daev. Each layer's deltas (into the
+   pre-activation buffers, which the backward pass does not need) first, then each input's sum over
+   the outputs held in registers. */
 ATTR static void NNP_FN(network_backward_f)(const nnp_network* net, workspace* ws, int32_t n, float scale, float* daev,
                                             const aev_ranges* kr) {
     const int32_t cw = n <= VL ? VL : n <= 2 * VL ? 2 * VL : CHUNK;
-    const int nv = cw >= NVP * VL ? NVP : 1;
     float* g = ws->grad_af;
     float* h = ws->grad_bf;
     for (int32_t a = 0; a < CHUNK; a++) g[a] = a < n ? scale : 0.f;
     for (int32_t l = net->n_layers - 1; l >= 0; l--) {
         const nnp_layer* layer = &net->layers[l];
         const float* yl = ws->actf[l + 1]; /* the layer's outputs: the activation's derivative from them */
-        float* gin = l == 0 ? daev : h;
-        if (l > 0)
-            for (int32_t k = 0; k < layer->n_in; k++) memset(gin + (size_t)k * CHUNK, 0, (size_t)cw * sizeof(float));
-        const aev_ranges* r = l == 0 ? kr : NULL; /* dE/dAEV of features that are always 0 is not needed */
-        for (int32_t o = 0; o < layer->n_out; o += FWV) {
-            const int m = layer->n_out - o < FWV ? layer->n_out - o : FWV;
-            for (int32_t a0 = 0; a0 < cw; a0 += nv * VL) {
-                if (nv == NVP) NNP_FN(backward_pass)(layer, g, yl, gin, o, m, n, r, a0, NVP);
-                else NNP_FN(backward_pass)(layer, g, yl, gin, o, m, n, r, a0, 1);
+        float* d = ws->pref[l];
+        for (int32_t o = 0; o < layer->n_out; o++)
+            for (int32_t a = 0; a < cw; a++) {
+                const size_t at = (size_t)o * CHUNK + (size_t)a;
+                d[at] = a < n ? g[at] * activate_deriv_from_output_f(layer->activation, yl[at]) : 0.f;
             }
-        }
+        float* gin = l == 0 ? daev : h;
+        const aev_ranges* r = l == 0 ? kr : NULL; /* dE/dAEV of features that are always 0 is not needed */
+        if (cw >= NVP * VL) NNP_FN(backward_layer)(layer, d, gin, r, l == 0, cw, NVP);
+        else NNP_FN(backward_layer)(layer, d, gin, r, l == 0, cw, 1);
         float* t = g;
         g = h;
         h = t;
