@@ -472,16 +472,6 @@ static void network_backward_f_baseline(const nnp_network* net, workspace* ws, i
 #define VSET1 _mm256_set1_ps
 #define VFMA _mm256_fmadd_ps
 #include "cpu_simd.h"
-#undef SFX
-#undef ATTR
-#undef V
-#undef VL
-#undef NVP
-#undef FWV
-#undef VLOAD
-#undef VSTORE
-#undef VSET1
-#undef VFMA
 #define SFX avx512
 #define ATTR __attribute__((target("avx512f,fma")))
 #define V __m512
@@ -493,16 +483,6 @@ static void network_backward_f_baseline(const nnp_network* net, workspace* ws, i
 #define VSET1 _mm512_set1_ps
 #define VFMA _mm512_fmadd_ps
 #include "cpu_simd.h"
-#undef SFX
-#undef ATTR
-#undef V
-#undef VL
-#undef NVP
-#undef FWV
-#undef VLOAD
-#undef VSTORE
-#undef VSET1
-#undef VFMA
 #endif
 
 nnp_cpu_simd nnp_cpu_simd_available(void) {

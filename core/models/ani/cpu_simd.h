@@ -129,3 +129,14 @@ ATTR static void NNP_FN(network_backward_f)(const nnp_network* net, workspace* w
 #undef NNP_FN
 #undef NNP_CAT
 #undef NNP_CAT2
+/* the parameters, so that the next inclusion defines its own */
+#undef SFX
+#undef ATTR
+#undef V
+#undef VL
+#undef NVP
+#undef FWV
+#undef VLOAD
+#undef VSTORE
+#undef VSET1
+#undef VFMA
