@@ -122,6 +122,8 @@ static size_t tn_member_size(const tn_member* m) {
     return n;
 }
 
+static nnp_status tn_transpose(tn_member* m, int32_t index);
+
 static nnp_status tn_read_member(reader* r, int32_t index, tn_member* m) {
     uint32_t F = get_u32(r), L = get_u32(r), R = get_u32(r), Z = get_u32(r), group = get_u32(r), act = get_u32(r),
              H = get_u32(r), has_ref = get_u32(r);
@@ -195,14 +197,47 @@ static nnp_status tn_read_member(reader* r, int32_t index, tn_member* m) {
         m->atomref = tn_array(&t, "atomref", Z, 1);
         if (t.st != NNP_OK) return t.st; /* the head is freed with the member */
     }
-    return NNP_OK;
+    return tn_transpose(m, index);
 }
 
 static void tn_free_member(tn_member* m) {
     if (m->storage == NULL) return;
     for (int32_t h = 0; h < m->n_head; h++) free((void*)m->head[h].w);
     free(m->storage);
-    m->storage = NULL;
+    free(m->transposed);
+    m->storage = NULL, m->transposed = NULL;
+}
+
+/* Every linear of the member, for the transposes made on load. */
+static int32_t tn_linears(tn_member* m, tn_linear** out) {
+    int32_t n = 0;
+    out[n++] = &m->emb2;
+    for (int k = 0; k < 3; k++) out[n++] = &m->dp[k], out[n++] = &m->elt[k];
+    out[n++] = &m->els[0], out[n++] = &m->els[1], out[n++] = &m->linear;
+    for (int32_t l = 0; l < m->L; l++) {
+        for (int k = 0; k < 3; k++) out[n++] = &m->lls[l][k];
+        for (int k = 0; k < 6; k++) out[n++] = &m->llt[l][k];
+    }
+    for (int32_t h = 0; h < m->n_head; h++) out[n++] = &m->head[h];
+    return n;
+}
+
+static nnp_status tn_transpose(tn_member* m, int32_t index) {
+    tn_linear* all[10 + 9 * TN_MAX_LAYERS + TN_MAX_HEAD];
+    int32_t n = tn_linears(m, all);
+    size_t total = 0;
+    for (int32_t k = 0; k < n; k++) total += (size_t)all[k]->n_in * (size_t)all[k]->n_out;
+    m->transposed = malloc((total + 1) * sizeof(double));
+    if (m->transposed == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory for TensorNet member %d", index);
+    double* next = m->transposed;
+    for (int32_t k = 0; k < n; k++) {
+        tn_linear* L = all[k];
+        for (int32_t o = 0; o < L->n_out; o++)
+            for (int32_t i = 0; i < L->n_in; i++) next[(size_t)i * L->n_out + o] = L->w[(size_t)o * L->n_in + i];
+        L->wt = next;
+        next += (size_t)L->n_in * L->n_out;
+    }
+    return NNP_OK;
 }
 
 static void tn_free(nnp_model* model) {
@@ -380,13 +415,16 @@ static void compose_adj(int32_t F, const double* gM, double* gT) {
     }
 }
 
-/* y = W x + b */
-static void lin(const tn_linear* L, const double* x, double* y) {
-    for (int32_t o = 0; o < L->n_out; o++) {
-        const double* w = L->w + (size_t)o * L->n_in;
-        double s = L->b ? L->b[o] : 0;
-        for (int32_t k = 0; k < L->n_in; k++) s += w[k] * x[k];
-        y[o] = s;
+/* y = W x + b: each output's sum from its bias over k in order, as rows of Wᵀ (vectorised over the
+   outputs). */
+static void lin(const tn_linear* L, const double* restrict x, double* restrict y) {
+    const int32_t n = L->n_out;
+    if (L->b) memcpy(y, L->b, (size_t)n * sizeof *y);
+    else memset(y, 0, (size_t)n * sizeof *y);
+    for (int32_t k = 0; k < L->n_in; k++) {
+        const double* restrict w = L->wt + (size_t)k * n;
+        const double xk = x[k];
+        for (int32_t o = 0; o < n; o++) y[o] += w[o] * xk;
     }
 }
 
@@ -402,16 +440,7 @@ static void lin_t(const tn_linear* L, const double* gy, double* gx) {
 
 /* Channel linears on the irreducible parts: out[c] = W_part(c) T[c] (no bias). */
 static void chan_lin3(const tn_linear* W, int32_t F, const double* T, double* out) {
-    for (int c = 0; c < NI; c++) {
-        const tn_linear* L = &W[tn_part[c]];
-        for (int32_t f = 0; f < F; f++) {
-            const double* w = L->w + (size_t)f * F;
-            const double* t = T + (size_t)c * F;
-            double s = 0;
-            for (int32_t g = 0; g < F; g++) s += w[g] * t[g];
-            out[(size_t)c * F + f] = s;
-        }
-    }
+    for (int c = 0; c < NI; c++) lin(&W[tn_part[c]], T + (size_t)c * F, out + (size_t)c * F);
 }
 
 /* gT = W_part(c)ᵀ gout[c] (overwrites gT) */
@@ -599,12 +628,10 @@ static double edge_mlp_back(const tn_member* m, const tn_linear* lls, double d, 
     lin_t(&lls[1], g2, g1);
     for (int32_t k = 0; k < F; k++) g1[k] *= silu_d(h1[k]);
     double gd = gc * dc;
-    for (int32_t o = 0; o < F; o++) {
-        const double* w = lls[0].w + (size_t)o * R;
-        double s = 0;
-        for (int32_t r = 0; r < R; r++) s += w[r] * drb[r];
-        gd += g1[o] * s;
-    }
+    const tn_linear no_bias = {.n_in = R, .n_out = F, .wt = lls[0].wt};
+    double* t = g2; /* g2 is done: W₁ drb */
+    lin(&no_bias, drb, t);
+    for (int32_t o = 0; o < F; o++) gd += g1[o] * t[o];
     return gd;
 }
 
@@ -616,11 +643,11 @@ static void st_z(void* p, int32_t i, int32_t thread) {
     double* zp = ev->Zp + i * F;
     double* zq = ev->Zq + i * F;
     (void)thread;
-    for (size_t o = 0; o < F; o++) {
-        const double* w = m->emb2.w + o * 2 * F;
-        double a = m->emb2.b[o], b = 0;
-        for (size_t k = 0; k < F; k++) a += w[k] * e[k], b += w[F + k] * e[k];
-        zp[o] = a, zq[o] = b;
+    memcpy(zp, m->emb2.b, F * sizeof *zp);
+    memset(zq, 0, F * sizeof *zq);
+    for (size_t k = 0; k < F; k++) {
+        const double *wp = m->emb2.wt + k * F, *wq = m->emb2.wt + (F + k) * F;
+        for (size_t o = 0; o < F; o++) zp[o] += wp[o] * e[k], zq[o] += wq[o] * e[k];
     }
 }
 

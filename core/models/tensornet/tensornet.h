@@ -23,8 +23,10 @@ enum { TN_ACT_SILU = 1 };
 
 typedef struct tn_linear {
     int32_t n_in, n_out;
-    const double* w; /* n_out × n_in, row per output */
-    const double* b; /* n_out, or NULL (no bias) */
+    const double* w;  /* n_out × n_in, row per output */
+    const double* b;  /* n_out, or NULL (no bias) */
+    const double* wt; /* the same weights n_in × n_out (made on load): y = W x as sums over k of
+                         rows of wt, which vectorise over the outputs and keep each output's order */
 } tn_linear;
 
 typedef struct tn_member {
@@ -34,6 +36,7 @@ typedef struct tn_member {
     tn_linear emb2, dp[3], elt[3], els[2], lls[TN_MAX_LAYERS][3], llt[TN_MAX_LAYERS][6], linear, head[TN_MAX_HEAD];
     const double *init_w, *init_b, *out_w, *out_b;
     double* storage;
+    double* transposed; /* every wt, one allocation */
 } tn_member;
 
 typedef struct tn_model {
