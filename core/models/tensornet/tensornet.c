@@ -566,6 +566,11 @@ typedef struct tn_eval {
     double *Yirr, *Mirr, *B, *dX; /* per layer and atom: 10F, 10F, 9F, 9F */
     double *gX, *gM, *gY;         /* per atom: 9F, 10F, 10F */
     double* fac;                  /* per edge, current layer: 3F */
+    double *kept_fac, *kept;      /* with forces and when small enough (TN_KEEP_BYTES): every layer's
+                                     factors (3F) and radial MLP intermediates (7F + 2R) per edge, left by
+                                     the forward pass for the backward pass (the same values it would
+                                     compute again); else NULL */
+    size_t n_edges;
     double *gd, *gu;              /* per edge: dE/dd, dE/du (3) */
     double* energy;               /* per atom */
     double* scratch;
@@ -748,10 +753,15 @@ static void st_layer_b(void* p, int32_t i, int32_t thread) {
     double* Mi = ev->Mirr + at * F10;
     memset(Mi, 0, F10 * sizeof *Mi);
     int32_t k0 = ev->nl->start[i], k1 = ev->nl->start[i + 1];
+    const size_t e0 = edge_of(ev, i), KW = (size_t)7 * F + 2 * (size_t)m->R;
     for (int32_t k = k0 - 1; k < k1; k++) {
         double d, u[3];
         int32_t j = edge_geometry(ev, i, k < k0 ? -1 : k, &d, u);
         if (k >= k0 && !edge_on(m, d)) continue;
+        if (ev->kept) {
+            const size_t e = (size_t)l * ev->n_edges + e0 + (size_t)(k - k0 + 1);
+            fac = ev->kept_fac + e * 3 * F, keep = ev->kept + e * KW;
+        }
         edge_mlp(m, m->lls[l], d, fac, keep, a);
         const double* Yj = ev->Yirr + ((size_t)l * ev->n + j) * F10;
         for (int c = 0; c < NI; c++) {
@@ -900,8 +910,11 @@ static void st_b1(void* p, int32_t i, int32_t thread) {
         int32_t j = edge_geometry(ev, i, k < k0 ? -1 : k, &d, u);
         if (k >= k0 && !edge_on(m, d)) continue;
         size_t e = e0 + (size_t)(k - k0 + 1);
-        double* fe = ev->fac + e * 3 * F;
-        edge_mlp(m, m->lls[l], d, fe, keep, a);
+        if (ev->kept) {
+            keep = ev->kept + ((size_t)l * ev->n_edges + e) * (7 * (size_t)F + 2 * (size_t)m->R);
+        } else {
+            edge_mlp(m, m->lls[l], d, ev->fac + e * 3 * F, keep, a);
+        }
         if (k < k0) continue; /* the self loop does not move */
         const double* Yj = ev->Yirr + ((size_t)l * ev->n + j) * F10;
         memset(gfac, 0, (size_t)3 * F * sizeof *gfac);
@@ -1044,12 +1057,16 @@ static nnp_status tn_member_eval(const tn_member* m, nnp_plan* plan, const nnp_n
     tn_eval ev = {.m = m, .plan = plan, .nl = nl, .n = n, .forces = grad != NULL, .F = F, .cq = cq};
     ev.scratch_n = 128 * F + 4 * (size_t)m->R + 2 * head_total + 2 * wide + 64;
     int forces = grad != NULL;
+    const size_t KW = 7 * F + 2 * (size_t)m->R;
+    const int keep = forces && L > 0 && (double)L * (double)E * (double)(3 * F + KW) * sizeof(double) <= TN_KEEP_BYTES;
+    ev.n_edges = E;
     size_t sizes[] = {N * F,           N * F,      N * 9 * F,  (L + 1) * N * 9 * F, L * N * 10 * F, L * N * 10 * F,
                       L * N * 9 * F,   L * N * 9 * F, N * 9 * F, N * 10 * F,     N * 10 * F,
-                      forces ? E * 3 * F : 0, forces ? E : 0, forces ? 3 * E : 0, N,
-                      (size_t)n_threads * ev.scratch_n};
+                      forces && !keep ? E * 3 * F : 0, forces ? E : 0, forces ? 3 * E : 0, N,
+                      (size_t)n_threads * ev.scratch_n, keep ? L * E * 3 * F : 0, keep ? L * E * KW : 0};
     double** slots[] = {&ev.Zp, &ev.Zq, &ev.Xe, &ev.X, &ev.Yirr, &ev.Mirr, &ev.B,  &ev.dX,
-                        &ev.gX, &ev.gM, &ev.gY, &ev.fac, &ev.gd, &ev.gu, &ev.energy, &ev.scratch};
+                        &ev.gX, &ev.gM, &ev.gY, &ev.fac, &ev.gd, &ev.gu, &ev.energy, &ev.scratch,
+                        &ev.kept_fac, &ev.kept};
     enum { n_slots = sizeof slots / sizeof slots[0] };
     size_t total = 0;
     for (int k = 0; k < n_slots; k++) total += sizes[k];
@@ -1057,6 +1074,7 @@ static nnp_status tn_member_eval(const tn_member* m, nnp_plan* plan, const nnp_n
     if (block == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory for TensorNet on %d atoms", n);
     double* next = block;
     for (int k = 0; k < n_slots; k++) *slots[k] = next, next += sizes[k];
+    if (!keep) ev.kept_fac = ev.kept = NULL;
 
     nnp_parallel_for(n_threads, n, st_z, &ev);
     nnp_parallel_for(n_threads, n, st_embed, &ev);
@@ -1072,6 +1090,7 @@ static nnp_status tn_member_eval(const tn_member* m, nnp_plan* plan, const nnp_n
     if (forces) {
         for (int32_t l = m->L - 1; l >= 0; l--) {
             ev.layer = l;
+            if (keep) ev.fac = ev.kept_fac + (size_t)l * E * 3 * F; /* what st_b2 reads */
             nnp_parallel_for(n_threads, n, st_b1, &ev);
             nnp_parallel_for(n_threads, n, st_b2, &ev);
         }

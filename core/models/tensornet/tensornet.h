@@ -17,6 +17,9 @@ extern "C" {
 #define TN_MAX_HEAD 16    /* linear layers of the Scalar head */
 #define TN_MAX_Z 256      /* rows of the atom embedding */
 #define TN_LN_EPS 1e-5    /* torch.nn.LayerNorm's default, used by TensorNet */
+/* The CPU evaluation with forces keeps every layer's per-edge radial MLP values from the forward
+   pass for the backward pass while they take at most this many bytes (else computes them again). */
+#define TN_KEEP_BYTES (512.0 * 1024 * 1024)
 
 enum { TN_GROUP_O3 = 1, TN_GROUP_SO3 = 2 };
 enum { TN_ACT_SILU = 1 };
