@@ -10,7 +10,8 @@
 #                                logs in $OUT/gpu-wheels.tar.gz.
 #   scripts/gpu-wheels.sh cpu    there (carry .device-wheels): the CPU platform beside TorchANI 2.9 on the
 #                                GPU machine's cores (bench/cpu_vs_torchani.py, ANI-1ccx from the raw
-#                                zoo packed beside the wheels), 2 and 16 threads; logs in $OUT/gpu-cpu.tar.gz.
+#                                zoo packed beside the wheels), 2 and 16 threads, and TensorNet beside
+#                                torchmd-net 2.6.2 (bench/cpu_vs_torchmdnet.py); logs in $OUT/gpu-cpu.tar.gz.
 #   scripts/gpu-wheels.sh pack-ani2x   here: ANI-2x alone, byte-shuffled and xz-compressed (47 MB),
 #                                into the ignored folder .device-models/ (it does not fit beside the wheels)
 #   scripts/gpu-wheels.sh mlmm   there, after a test call on the same machine (.device-wheels stays
@@ -41,6 +42,8 @@ pack() {
   python3 -m pip wheel -q --no-deps -w "$d/wheels" openmmml==1.8  # pure Python, published as an sdist
   # TorchANI 2.9 (pure Python; the GPU machine has torch) and ANI-1ccx's NeuroChem files for it
   python3 -m pip download -q --no-deps -d "$d/torchani" torchani==2.9
+  # torchmd-net 2.6.2's pure-Python sdist, for bench/cpu_vs_torchmdnet.py
+  python3 -m pip download -q --no-deps --no-binary :all: -d "$d/torchmdnet" torchmd-net==2.6.2
   tar cf - -C "$shared/models" ani-model-zoo/ani-1ccx_8x.info ani-model-zoo/ani-1ccx_8x | xz -9 > "$d/ani1ccx-zoo.tar.xz"
   tar cf - -C "$shared" molecules/druglike | xz -9 > "$d/molecules.tar.xz"
   du -sh "$d"; ls -l "$d/wheels"
@@ -154,8 +157,18 @@ cpu_there() {
     echo "== $threads threads"
     taskset -c "0-$((threads - 1))" "$py" "$root/bench/cpu_vs_torchani.py" --threads "$threads" 1 10 2>&1 | grep -v Warning || status=1
   done > "$tmp/logs/cpu-vs-torchani.txt"
+  # TensorNet beside torchmd-net (its sdist unpacked; ase only imported by its ASE calculator: a stand-in)
+  local t="$tmp/tmdn"
+  mkdir -p "$t/ase/calculators" && tar xzf "$d"/torchmdnet/torchmd_net-2.6.2.tar.gz -C "$t"
+  touch "$t/ase/__init__.py" "$t/ase/calculators/__init__.py"
+  printf 'all_changes = []\n\n\nclass Calculator:\n    pass\n' > "$t/ase/calculators/calculator.py"
+  for threads in 2 ${NNP_CPU_THREADS:-16}; do
+    echo "== $threads threads"
+    PYTHONPATH="$tmp/site:$t/torchmd_net-2.6.2:$t" taskset -c "0-$((threads - 1))" "$py" "$root/bench/cpu_vs_torchmdnet.py" \
+      --threads "$threads" 1 10 2>&1 | grep -v Warning || status=1
+  done > "$tmp/logs/cpu-vs-torchmdnet.txt"
   tar czf "$out/gpu-cpu.tar.gz" -C "$tmp" logs
-  for f in cpu cpu-vs-torchani; do echo "--- $f"; tail -n 20 "$tmp/logs/$f.txt"; done
+  for f in cpu cpu-vs-torchani cpu-vs-torchmdnet; do echo "--- $f"; tail -n 20 "$tmp/logs/$f.txt"; done
   return $status
 }
 

@@ -1,0 +1,100 @@
+"""OpenMM's CPU platform with this plugin's TensorNet beside torchmd-net's own TensorNet on the CPU,
+on the same cores, in one process: energy and forces of K copies of the 22-atom drugbank-0030 (one
+batch each, 3 nm apart), the seeded AceFF-sized model of bench/make_tensornet_model.py (F = 128,
+2 layers, 32 radial functions, 5 Å); mean of CALLS calls after a warm-up. torchmd-net is optional
+(skipped with a message where torch or torchmd-net is absent).
+    python bench/cpu_vs_torchmdnet.py [--threads 2] [--calls 10] [K ...]   (default K: 1 10)
+torchmd-net runs as its users run it on a CPU: External(model, z, device="cpu"), float32, no static
+shapes. The plugin's TensorNet CPU evaluation is float64 (the CPU platform's float32 applies to ANI).
+NNP_SHARED_DIR: the molecules (default ../shared)."""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
+import openmm  # noqa: E402
+import openmm.unit as u  # noqa: E402
+
+import openmmnnp  # noqa: E402
+from openmmnnp import torchmdnet as converter  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_tensornet_model import checkpoint  # noqa: E402
+
+EV = 96.48533212331002  # kJ/mol per eV
+
+
+def main():
+    shared = os.environ.get("NNP_SHARED_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("copies", nargs="*", type=int, default=[1, 10])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--calls", type=int, default=10)
+    a = p.parse_args()
+    mol = openmmnnp.readXYZ(os.path.join(shared, "molecules", "druglike", "drugbank-0030.xyz"))
+    z = [e.atomic_number for e in mol.elements]
+    xyz = np.array(mol.positions.value_in_unit(u.angstrom))
+    ck = checkpoint()
+    model_path = os.path.join(tempfile.mkdtemp(prefix="tensornet-"), "bench.nnpm")
+    with open(os.devnull, "w") as quiet:
+        converter.convert([ck], model_path, out=quiet)
+    print(f"{len(z)} atoms per copy, TensorNet F 128, 2 layers, 32 RBF, 5 Å; {a.threads} threads, energy + forces per call")
+    tmd = None
+    try:
+        import torch
+        from torchmdnet.calculators import External
+        from torchmdnet.models.model import create_model
+        torch.set_num_threads(a.threads)
+        state = {k[len("model."):]: torch.from_numpy(np.asarray(v)) for k, v in ck["state_dict"].items()}
+        args = dict(ck["hyper_parameters"], precision=32, trainable_rbf=False, max_z=54, max_num_neighbors=64,
+                    static_shapes=False, box_vecs=None, derivative=True, atom_filter=-1, output_mlp_num_layers=0)
+        torch.manual_seed(0)
+        tmd = create_model(args)
+        missing, unexpected = tmd.load_state_dict(state, strict=False)
+        missing = [k for k in missing if k not in ("mean", "std") and not k.endswith("distance.box")]
+        if missing or unexpected:
+            sys.exit(f"the benchmark model does not fit torchmd-net's TensorNet: missing {missing}, unexpected {unexpected}")
+        tmd = tmd.eval()
+        print(f"torchmd-net from {os.path.dirname(sys.modules['torchmdnet'].__file__)}, torch {torch.__version__}")
+    except ImportError as e:
+        print(f"torchmd-net: skipped ({e})")
+    for k in a.copies:
+        system = openmm.System()
+        force = openmmnnp.NNPForce(model_path)
+        positions = []
+        offsets = np.array([[30.0 * (c % 10), 30.0 * (c // 10 % 10), 30.0 * (c // 100)] for c in range(k)])
+        for c in range(k):
+            for i, zi in enumerate(z):
+                force.addAtom(system.addParticle(1.0), zi, c)
+                positions.append(openmm.Vec3(*((xyz[i] + offsets[c]) / 10)))
+        system.addForce(force)
+        context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("CPU"),
+                                 {"Threads": str(a.threads)})
+        context.setPositions(positions)
+        context.getState(getForces=True)
+        t = time.perf_counter()
+        for _ in range(a.calls):
+            context.setPositions(positions)
+            state = context.getState(getForces=True, getEnergy=True)
+        plugin = (time.perf_counter() - t) / a.calls * 1e6
+        e_plugin = state.getPotentialEnergy().value_in_unit(u.kilojoule_per_mole) / k
+        line = f"{k:4d} x {len(z)} atoms: plugin CPU platform {plugin:10.0f} µs (E/copy {e_plugin:.4f} kJ/mol)"
+        if tmd is not None:
+            calc = External(tmd, torch.tensor([z] * k, dtype=torch.long), device="cpu")
+            pos = torch.tensor((xyz[None] + offsets[:, None]).reshape(-1, 3), dtype=torch.float32)
+            calc.calculate(pos)
+            t = time.perf_counter()
+            for _ in range(a.calls):
+                energy, forces = calc.calculate(pos)
+            tt = (time.perf_counter() - t) / a.calls * 1e6
+            e_tmd = float(energy.reshape(-1)[0]) * EV
+            line += f" | torchmd-net {tt:10.0f} µs (E/copy {e_tmd:.4f} kJ/mol) | torchmd-net / plugin {tt / plugin:5.2f}x"
+        print(line)
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
