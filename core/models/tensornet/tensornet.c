@@ -123,6 +123,7 @@ static size_t tn_member_size(const tn_member* m) {
 }
 
 static nnp_status tn_transpose(tn_member* m, int32_t index);
+static void table_free(tn_table* t);
 
 static nnp_status tn_read_member(reader* r, int32_t index, tn_member* m) {
     uint32_t F = get_u32(r), L = get_u32(r), R = get_u32(r), Z = get_u32(r), group = get_u32(r), act = get_u32(r),
@@ -244,6 +245,10 @@ static void tn_free(nnp_model* model) {
     tn_model* tm = (tn_model*)model->family_data;
     if (tm == NULL) return;
     for (int32_t k = 0; k < tm->n_members; k++) tn_free_member(&tm->members[k]);
+    if (tm->tables != NULL)
+        for (int32_t k = 0; k < tm->n_members; k++) table_free(&tm->tables[k]);
+    free(tm->tables);
+    pthread_mutex_destroy(&tm->table_lock);
     free(tm->members);
     free(tm);
     model->family_data = NULL;
@@ -260,6 +265,7 @@ static nnp_status tn_read_payload(reader* r, nnp_model* model) {
         return nnp_fail(NNP_ERR_MEMORY, "out of memory");
     }
     tm->members = members;
+    pthread_mutex_init(&tm->table_lock, NULL);
     model->family_data = tm;
     tm->cutoff = 0;
     tm->max_z = TN_MAX_Z;
@@ -549,6 +555,144 @@ static void cutoff(const tn_member* m, double d, double* c, double* dc) {
     }
 }
 
+/* ------------------------------------------------------------------ radial tables */
+/*
+ * With NNP_PRECISION_SINGLE the CPU evaluation reads the filters, which depend on the distance only,
+ * from tables instead of running their networks for every edge: values and slopes (forward mode,
+ * exact) at TN_TABLE_INTERVALS + 1 evenly spaced nodes over [cutoff_lower, cutoff_upper], cubic
+ * Hermite interpolation between them. The forces use the interpolant's own derivative, so they are
+ * the exact gradient of the energy computed. The self loop (d = 0) takes exact values.
+ */
+
+/* y = W x (no bias) */
+static void lin_nobias(const tn_linear* L, const double* x, double* y) {
+    const tn_linear nb = {.n_in = L->n_in, .n_out = L->n_out, .wt = L->wt};
+    lin(&nb, x, y);
+}
+
+/* Every filter's values (and, with slope != NULL, slopes) at d, exactly: width 3F per filter, in
+   filter order. s: 2R + 16F. */
+static void filters_exact(const tn_member* m, double d, double* val, double* slope, double* s) {
+    const int32_t F = m->F, R = m->R, W = 3 * F;
+    double *rb = s, *drb = rb + R, *h = drb + R, *dh = h + 3 * F, *a = dh + 3 * F, *da = a + 2 * F;
+    double c, dc;
+    rbf(m, d, rb, drb);
+    cutoff(m, d, &c, &dc);
+    for (int q = 0; q < 3; q++) {
+        double *v = val + q * F, *g = slope ? slope + q * F : NULL;
+        lin(&m->dp[q], rb, h);
+        lin_nobias(&m->dp[q], drb, dh);
+        for (int32_t f = 0; f < F; f++) {
+            v[f] = h[f] * c;
+            if (g) g[f] = dh[f] * c + h[f] * dc;
+        }
+    }
+    for (int32_t l = 0; l < m->L; l++) {
+        const tn_linear* lls = m->lls[l];
+        double *v = val + (size_t)(1 + l) * W, *g = slope ? slope + (size_t)(1 + l) * W : NULL;
+        lin(&lls[0], rb, h);
+        lin_nobias(&lls[0], drb, dh);
+        for (int32_t k = 0; k < F; k++) a[k] = silu(h[k]), da[k] = silu_d(h[k]) * dh[k];
+        lin(&lls[1], a, h);
+        lin_nobias(&lls[1], da, dh);
+        for (int32_t k = 0; k < 2 * F; k++) a[k] = silu(h[k]), da[k] = silu_d(h[k]) * dh[k];
+        lin(&lls[2], a, h);
+        lin_nobias(&lls[2], da, dh);
+        for (int32_t k = 0; k < W; k++) {
+            double sk = silu(h[k]);
+            v[k] = sk * c;
+            if (g) g[k] = silu_d(h[k]) * dh[k] * c + sk * dc;
+        }
+    }
+}
+
+typedef struct table_build {
+    const tn_member* m;
+    tn_table* t;
+    double* scratch; /* per thread: (2 n_filters + 4) · 3F + 2R values */
+    size_t scratch_n;
+} table_build;
+
+static void st_table_node(void* p, int32_t node, int32_t thread) {
+    table_build* b = p;
+    tn_table* t = b->t;
+    const size_t W = (size_t)t->width, nf = (size_t)t->n_filters;
+    double *val = b->scratch + (size_t)thread * b->scratch_n, *slope = val + nf * W, *s = slope + nf * W;
+    filters_exact(b->m, t->lo + node * t->h, val, slope, s);
+    for (size_t k = 0; k < nf; k++) {
+        double* out = t->nodes + (k * (size_t)(t->intervals + 1) + (size_t)node) * 2 * W;
+        memcpy(out, val + k * W, W * sizeof *out);
+        memcpy(out + W, slope + k * W, W * sizeof *out);
+    }
+}
+
+static void table_free(tn_table* t) {
+    free(t->self), free(t->nodes);
+    t->self = t->nodes = NULL;
+}
+
+static nnp_status table_make(const tn_member* m, int32_t n_threads, tn_table* t) {
+    const size_t W = 3 * (size_t)m->F, nf = (size_t)m->L + 1, nodes = TN_TABLE_INTERVALS + 1;
+    *t = (tn_table){.intervals = TN_TABLE_INTERVALS, .width = (int32_t)W, .n_filters = (int32_t)nf, .lo = m->cl,
+                    .h = (m->cu - m->cl) / TN_TABLE_INTERVALS};
+    table_build b = {.m = m, .t = t, .scratch_n = (2 * nf + 4) * W + 2 * (size_t)m->R};
+    t->self = malloc(nf * W * sizeof *t->self);
+    t->nodes = malloc(nf * nodes * 2 * W * sizeof *t->nodes);
+    b.scratch = malloc((size_t)n_threads * b.scratch_n * sizeof *b.scratch);
+    if (t->self == NULL || t->nodes == NULL || b.scratch == NULL) {
+        table_free(t), free(b.scratch);
+        return nnp_fail(NNP_ERR_MEMORY, "out of memory for TensorNet's radial tables");
+    }
+    filters_exact(m, 0, t->self, NULL, b.scratch);
+    nnp_parallel_for(n_threads, (int32_t)nodes, st_table_node, &b);
+    free(b.scratch);
+    return NNP_OK;
+}
+
+/* The model's tables, made by the first evaluation that asks (the model may be shared by plans on
+   several threads). */
+static nnp_status tables_of(const nnp_model* model, int32_t n_threads, const tn_table** out) {
+    tn_model* tm = (tn_model*)model->family_data;
+    nnp_status st = NNP_OK;
+    pthread_mutex_lock(&tm->table_lock);
+    if (tm->tables == NULL) {
+        tn_table* t = calloc((size_t)tm->n_members, sizeof *t);
+        if (t == NULL) st = nnp_fail(NNP_ERR_MEMORY, "out of memory for TensorNet's radial tables");
+        for (int32_t k = 0; st == NNP_OK && k < tm->n_members; k++) st = table_make(&tm->members[k], n_threads, &t[k]);
+        if (st == NNP_OK) tm->tables = t;
+        else if (t != NULL) {
+            for (int32_t k = 0; k < tm->n_members; k++) table_free(&t[k]);
+            free(t);
+        }
+    }
+    *out = tm->tables;
+    pthread_mutex_unlock(&tm->table_lock);
+    return st;
+}
+
+/* Filter k's values (and, with slope != NULL, slopes) at d: the self loop's exact values when self, else
+   the interpolant at cutoff_lower <= d < cutoff_upper. */
+static void table_at(const tn_table* t, int32_t k, int self, double d, double* restrict val, double* restrict slope) {
+    const int32_t W = t->width;
+    if (self) {
+        memcpy(val, t->self + (size_t)k * W, (size_t)W * sizeof *val);
+        if (slope) memset(slope, 0, (size_t)W * sizeof *slope);
+        return;
+    }
+    double x = (d - t->lo) / t->h;
+    int32_t g = (int32_t)x;
+    if (g > t->intervals - 1) g = t->intervals - 1;
+    if (g < 0) g = 0;
+    const double s = x - g, h = t->h, r = 1 - s;
+    const double h00 = (1 + 2 * s) * r * r, h01 = s * s * (3 - 2 * s), h10 = h * s * r * r, h11 = -h * s * s * r;
+    const double* restrict n0 = t->nodes + ((size_t)k * (size_t)(t->intervals + 1) + (size_t)g) * 2 * W;
+    const double* restrict n1 = n0 + 2 * W;
+    for (int32_t c = 0; c < W; c++) val[c] = h00 * n0[c] + h01 * n1[c] + h10 * n0[W + c] + h11 * n1[W + c];
+    if (slope == NULL) return;
+    const double e0 = 6 * s * r / h, e10 = r * (1 - 3 * s), e11 = s * (3 * s - 2);
+    for (int32_t c = 0; c < W; c++) slope[c] = e0 * (n1[c] - n0[c]) + e10 * n0[W + c] + e11 * n1[W + c];
+}
+
 /* ------------------------------------------------------------------ evaluation */
 
 /* One member's evaluation over a plan: per-atom state, stage by stage (see the header). Edges of
@@ -560,6 +704,8 @@ typedef struct tn_eval {
     int32_t n, layer, forces;
     size_t F;
     const double* cq; /* 1 + 0.1 q per atom */
+    const tn_table* tab; /* the filters from tables (NNP_PRECISION_SINGLE), or NULL: their networks */
+    int simd;            /* with tables: the nnp_cpu_simd of the linears (not AUTO) */
     double *Zp, *Zq;  /* emb2 split per atom: Z_ij = Zp_i + Zq_j (F each) */
     double* Xe;       /* the embedding's sum of edge tensors (9F) */
     double* X;        /* input of layer l at l · n · 9F, output at L · n · 9F */
@@ -576,6 +722,90 @@ typedef struct tn_eval {
     double* scratch;
     size_t scratch_n;
 } tn_eval;
+
+/* ------------------------------------------------------------------ linears of the tables path */
+/*
+ * With tables (NNP_PRECISION_SINGLE) the per-atom linears run on SIMD (nnp_plan_set_cpu_simd):
+ * tn_mac (linear_simd.h) with fused multiply-adds for AVX2 and AVX-512F, which give the same bits;
+ * the baseline multiplies and adds apart, as the exact path. Without tables the exact path's own
+ * loops (lin, lin_t, chan_lin3, chan_lin3_t) run, whatever the CPU.
+ */
+#define TN_MAC_COLS 6 /* vectors that share one pass over a matrix */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#define TN_SIMD_X86 1
+#include <immintrin.h>
+#define SFX avx2
+#define ATTR __attribute__((target("avx2,fma")))
+#define V __m256d
+#define VL 4
+#define VLOAD _mm256_loadu_pd
+#define VSTORE _mm256_storeu_pd
+#define VSET1 _mm256_set1_pd
+#define VFMA _mm256_fmadd_pd
+#include "linear_simd.h"
+#define SFX avx512
+#define ATTR __attribute__((target("avx512f,fma")))
+#define V __m512d
+#define VL 8
+#define VLOAD _mm512_loadu_pd
+#define VSTORE _mm512_storeu_pd
+#define VSET1 _mm512_set1_pd
+#define VFMA _mm512_fmadd_pd
+#include "linear_simd.h"
+#else
+#define TN_SIMD_X86 0
+#endif
+
+/* y_v[o] += Σ_k M[k · n_out + o] · x_v[k], v < nv ≤ TN_MAC_COLS */
+static void mac(int simd, const double* M, int32_t n_k, int32_t n_out, int nv, const double* const* x, double* const* y) {
+#if TN_SIMD_X86
+    if (simd == NNP_CPU_SIMD_AVX512) return tn_mac_avx512(M, n_k, n_out, nv, x, y);
+    if (simd == NNP_CPU_SIMD_AVX2) return tn_mac_avx2(M, n_k, n_out, nv, x, y);
+#endif
+    (void)simd;
+    for (int v = 0; v < nv; v++)
+        for (int32_t k = 0; k < n_k; k++) {
+            const double* restrict mk = M + (size_t)k * (size_t)n_out;
+            double* restrict yv = y[v];
+            const double xk = x[v][k];
+            for (int32_t o = 0; o < n_out; o++) yv[o] += mk[o] * xk;
+        }
+}
+
+/* lin, lin_t, chan_lin3 and chan_lin3_t of the evaluation: on SIMD with tables, else the exact loops. */
+static void lin_e(const tn_eval* ev, const tn_linear* L, const double* x, double* y) {
+    if (ev->tab == NULL) return lin(L, x, y);
+    if (L->b) memcpy(y, L->b, (size_t)L->n_out * sizeof *y);
+    else memset(y, 0, (size_t)L->n_out * sizeof *y);
+    mac(ev->simd, L->wt, L->n_in, L->n_out, 1, &x, &y);
+}
+
+static void lin_t_e(const tn_eval* ev, const tn_linear* L, const double* gy, double* gx) {
+    if (ev->tab == NULL) return lin_t(L, gy, gx);
+    mac(ev->simd, L->w, L->n_out, L->n_in, 1, &gy, &gx);
+}
+
+/* The components of each part (I: 0; A: 1..3; S: 4..9) through their part's matrix, transposed or not. */
+static void chan_parts(const tn_eval* ev, const tn_linear* W, int transposed, int32_t F, const double* in, double* out) {
+    static const int first[3] = {0, 1, 4}, count[3] = {1, 3, 6};
+    memset(out, 0, (size_t)NI * F * sizeof *out);
+    for (int p = 0; p < 3; p++) {
+        const double* x[TN_MAC_COLS];
+        double* y[TN_MAC_COLS];
+        for (int v = 0; v < count[p]; v++) x[v] = in + (size_t)(first[p] + v) * F, y[v] = out + (size_t)(first[p] + v) * F;
+        mac(ev->simd, transposed ? W[p].w : W[p].wt, F, F, count[p], x, y);
+    }
+}
+
+static void chan_lin3_e(const tn_eval* ev, const tn_linear* W, int32_t F, const double* T, double* out) {
+    if (ev->tab == NULL) return chan_lin3(W, F, T, out);
+    chan_parts(ev, W, 0, F, T, out);
+}
+
+static void chan_lin3_t_e(const tn_eval* ev, const tn_linear* W, int32_t F, const double* gout, double* gT) {
+    if (ev->tab == NULL) return chan_lin3_t(W, F, gout, gT);
+    chan_parts(ev, W, 1, F, gout, gT);
+}
 
 static size_t edge_of(const tn_eval* ev, int32_t i) { return (size_t)ev->nl->start[i] + (size_t)i; }
 
@@ -667,15 +897,21 @@ static void embed_sum(const tn_eval* ev, int32_t i, double* Xe, double* s) {
         double d, u[3];
         int32_t j = edge_geometry(ev, i, k < k0 ? -1 : k, &d, u);
         if (k >= k0 && !edge_on(m, d)) continue;
-        double c, dc;
-        rbf(m, d, rb, NULL);
-        cutoff(m, d, &c, &dc);
-        if (c == 0) continue;
         const double *zp = ev->Zp + (size_t)i * F, *zq = ev->Zq + (size_t)j * F;
-        for (int32_t f = 0; f < F; f++) C[f] = c * (zp[f] + zq[f]);
-        for (int q = 0; q < 3; q++) {
-            lin(&m->dp[q], rb, w + q * F);
-            for (int32_t f = 0; f < F; f++) w[q * F + f] *= C[f];
+        if (ev->tab) {
+            table_at(ev->tab, 0, k < k0, d, w, NULL);
+            for (int q = 0; q < 3; q++)
+                for (int32_t f = 0; f < F; f++) w[q * F + f] *= zp[f] + zq[f];
+        } else {
+            double c, dc;
+            rbf(m, d, rb, NULL);
+            cutoff(m, d, &c, &dc);
+            if (c == 0) continue;
+            for (int32_t f = 0; f < F; f++) C[f] = c * (zp[f] + zq[f]);
+            for (int q = 0; q < 3; q++) {
+                lin(&m->dp[q], rb, w + q * F);
+                for (int32_t f = 0; f < F; f++) w[q * F + f] *= C[f];
+            }
         }
         double uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
         for (int32_t f = 0; f < F; f++) {
@@ -695,18 +931,19 @@ static void embed_sum(const tn_eval* ev, int32_t i, double* Xe, double* s) {
 
 /* The embedding's per-atom part: from Xe to X (9F). Keeps its intermediates in s for the backward
    pass: T 10F, tn F, xhat F, h1 2F, h2 3F, nrm 3F, WT 10F, rstd 1, work 10F (40F + 1). */
-static void embed_atom(const tn_member* m, const double* Xe, double* X, double* s) {
+static void embed_atom(const tn_eval* ev, const double* Xe, double* X, double* s) {
+    const tn_member* m = ev->m;
     int32_t F = m->F;
     double *T = s, *tn = T + 10 * F, *xhat = tn + F, *h1 = xhat + F, *h2 = h1 + 2 * F, *nrm = h2 + 3 * F,
            *WT = nrm + 3 * F, *rstd = WT + 10 * F, *work = rstd + 1;
     decompose(F, Xe, T);
     tnorm(F, Xe, tn);
     layer_norm(F, tn, m->init_w, m->init_b, work, xhat, rstd);
-    lin(&m->els[0], work, h1);
+    lin_e(ev, &m->els[0], work, h1);
     for (int32_t k = 0; k < 2 * F; k++) work[k] = silu(h1[k]);
-    lin(&m->els[1], work, h2);
+    lin_e(ev, &m->els[1], work, h2);
     for (int32_t k = 0; k < 3 * F; k++) nrm[k] = silu(h2[k]);
-    chan_lin3(m->elt, F, T, WT);
+    chan_lin3_e(ev, m->elt, F, T, WT);
     double* Xirr = work;
     for (int c = 0; c < NI; c++)
         for (int32_t f = 0; f < F; f++) Xirr[c * F + f] = nrm[tn_part[c] * F + f] * WT[c * F + f];
@@ -718,7 +955,7 @@ static void st_embed(void* p, int32_t i, int32_t thread) {
     double* s = scratch(ev, thread);
     double* Xe = ev->Xe + (size_t)i * 9 * ev->F;
     embed_sum(ev, i, Xe, s);
-    embed_atom(ev->m, Xe, ev->X + (size_t)i * 9 * ev->F, s);
+    embed_atom(ev, Xe, ev->X + (size_t)i * 9 * ev->F, s);
 }
 
 /* Layer part A: X ← X / (|X|² + 1) (per channel), Y = W₀(I) + W₁(A) + W₂(S) as irreducible parts. */
@@ -738,7 +975,7 @@ static void st_layer_a(void* p, int32_t i, int32_t thread) {
     double *Xn = scratch(ev, thread), *T = Xn + 9 * F;
     normalize(F, ev->X + at * 9 * F, Xn);
     decompose(F, Xn, T);
-    chan_lin3(m->llt[ev->layer], F, T, ev->Yirr + at * NI * F);
+    chan_lin3_e(ev, m->llt[ev->layer], F, T, ev->Yirr + at * NI * F);
 }
 
 /* Layer part B: messages, the product with Y, normalization, the update of X. */
@@ -758,11 +995,15 @@ static void st_layer_b(void* p, int32_t i, int32_t thread) {
         double d, u[3];
         int32_t j = edge_geometry(ev, i, k < k0 ? -1 : k, &d, u);
         if (k >= k0 && !edge_on(m, d)) continue;
-        if (ev->kept) {
-            const size_t e = (size_t)l * ev->n_edges + e0 + (size_t)(k - k0 + 1);
-            fac = ev->kept_fac + e * 3 * F, keep = ev->kept + e * KW;
+        if (ev->tab) {
+            table_at(ev->tab, 1 + l, k < k0, d, fac, NULL);
+        } else {
+            if (ev->kept) {
+                const size_t e = (size_t)l * ev->n_edges + e0 + (size_t)(k - k0 + 1);
+                fac = ev->kept_fac + e * 3 * F, keep = ev->kept + e * KW;
+            }
+            edge_mlp(m, m->lls[l], d, fac, keep, a);
         }
-        edge_mlp(m, m->lls[l], d, fac, keep, a);
         const double* Yj = ev->Yirr + ((size_t)l * ev->n + j) * F10;
         for (int c = 0; c < NI; c++) {
             const double* fp = fac + (size_t)tn_part[c] * F;
@@ -782,7 +1023,7 @@ static void st_layer_b(void* p, int32_t i, int32_t thread) {
     }
     normalize(F, B, Cn);
     decompose(F, Cn, T);
-    chan_lin3(m->llt[l] + 3, F, T, D);
+    chan_lin3_e(ev, m->llt[l] + 3, F, T, D);
     double* dX = ev->dX + at * 9 * F;
     compose(F, D, dX);
     normalize(F, ev->X + at * 9 * F, Xn);
@@ -810,7 +1051,7 @@ static double out_atom(const tn_eval* ev, int32_t i, double* s, double* g) {
         x[2 * F + f] = t[4] * t[4] + t[5] * t[5] + t[6] * t[6] + 2 * (t[7] * t[7] + t[8] * t[8] + t[9] * t[9]);
     }
     layer_norm(3 * F, x, m->out_w, m->out_b, y, xhat, &rstd);
-    lin(&m->linear, y, yl);
+    lin_e(ev, &m->linear, y, yl);
     for (int32_t k = 0; k < F; k++) h[k] = silu(yl[k]);
     /* head: outs holds each layer's pre-activation; the input of layer k > 0 is SiLU of k - 1's */
     double* o = outs;
@@ -820,7 +1061,7 @@ static double out_atom(const tn_eval* ev, int32_t i, double* s, double* g) {
     for (int32_t k = 0; k < H; k++) head_total += (size_t)m->head[k].n_out;
     double* acts = outs + head_total; /* activations, same sizes */
     for (int32_t k = 0; k < H; k++) {
-        lin(&m->head[k], in, o);
+        lin_e(ev, &m->head[k], in, o);
         act = acts + (o - outs);
         if (k < H - 1)
             for (int32_t c = 0; c < m->head[k].n_out; c++) act[c] = silu(o[c]);
@@ -836,7 +1077,7 @@ static double out_atom(const tn_eval* ev, int32_t i, double* s, double* g) {
         o -= m->head[k].n_out;
         int32_t n_in = m->head[k].n_in;
         memset(gb, 0, (size_t)n_in * sizeof *gb);
-        lin_t(&m->head[k], ga, gb); /* dE/d(input of layer k) */
+        lin_t_e(ev, &m->head[k], ga, gb); /* dE/d(input of layer k) */
         if (k > 0) {
             const double* prev = o - m->head[k - 1].n_out;
             for (int32_t c = 0; c < n_in; c++) ga[c] = gb[c] * silu_d(prev[c]);
@@ -845,7 +1086,7 @@ static double out_atom(const tn_eval* ev, int32_t i, double* s, double* g) {
         }
     }
     memset(gb, 0, (size_t)3 * F * sizeof *gb);
-    lin_t(&m->linear, ga, gb);
+    lin_t_e(ev, &m->linear, ga, gb);
     layer_norm_back(3 * F, xhat, rstd, m->out_w, gb, ga); /* ga: dE/dx */
     double* gT = gb;
     for (int32_t f = 0; f < F; f++) {
@@ -873,14 +1114,15 @@ static void st_b1(void* p, int32_t i, int32_t thread) {
     double* s = scratch(ev, thread);
     double *gdX = s, *t10 = gdX + 9 * F, *gT = t10 + 10 * F, *gCn = gT + 10 * F, *gB = gCn + 9 * F,
            *msg = gB + 9 * F, *Y = msg + 9 * F, *gmsg = Y + 9 * F, *gYf = gmsg + 9 * F, *fac = gYf + 9 * F,
-           *keep = fac + 3 * F, *a = keep + 7 * F + 2 * m->R, *gfac = a + 3 * F, *work = gfac + 3 * F;
+           *keep = fac + 3 * F, *a = keep + 7 * F + 2 * m->R, *gfac = a + 3 * F, *work = gfac + 3 * F,
+           *tslope = work + 5 * F;
     const double *gXo = ev->gX + (size_t)i * F9, *dX = ev->dX + at * F9, *B = ev->B + at * F9;
     double cq = ev->cq[i];
     memcpy(gdX, gXo, F9 * sizeof *gdX);
     matmul_nt_add(F, cq, gXo, dX, gdX);
     matmul_tn_add(F, cq, dX, gXo, gdX);
     compose_adj(F, gdX, t10);
-    chan_lin3_t(m->llt[l] + 3, F, t10, gT);
+    chan_lin3_t_e(ev, m->llt[l] + 3, F, t10, gT);
     decompose_adj(F, gT, gCn);
     for (int32_t f = 0; f < F; f++) {
         double nc = 1, dot = 0;
@@ -910,7 +1152,10 @@ static void st_b1(void* p, int32_t i, int32_t thread) {
         int32_t j = edge_geometry(ev, i, k < k0 ? -1 : k, &d, u);
         if (k >= k0 && !edge_on(m, d)) continue;
         size_t e = e0 + (size_t)(k - k0 + 1);
-        if (ev->kept) {
+        if (ev->tab) {
+            if (k < k0) continue; /* the self loop does not move */
+            table_at(ev->tab, 1 + l, 0, d, fac, tslope);
+        } else if (ev->kept) {
             keep = ev->kept + ((size_t)l * ev->n_edges + e) * (7 * (size_t)F + 2 * (size_t)m->R);
         } else {
             edge_mlp(m, m->lls[l], d, ev->fac + e * 3 * F, keep, a);
@@ -922,9 +1167,14 @@ static void st_b1(void* p, int32_t i, int32_t thread) {
             double* gp = gfac + (size_t)tn_part[c] * F;
             for (int32_t f = 0; f < F; f++) gp[f] += gMi[c * F + f] * Yj[c * F + f];
         }
-        ev->gd[e] += edge_mlp_back(m, m->lls[l], d, gfac, keep, work);
+        if (ev->tab) {
+            double gd = 0;
+            for (int32_t c = 0; c < 3 * F; c++) gd += gfac[c] * tslope[c];
+            ev->gd[e] += gd;
+        } else {
+            ev->gd[e] += edge_mlp_back(m, m->lls[l], d, gfac, keep, work);
+        }
     }
-    (void)fac;
 }
 
 /* Layer backward part 2, atom j: dE/dY_j from every message that read Y_j, then dE/dX_in. */
@@ -934,7 +1184,7 @@ static void st_b2(void* p, int32_t j, int32_t thread) {
     int32_t F = m->F, l = ev->layer;
     size_t at = (size_t)l * ev->n + j, F10 = (size_t)NI * F, F9 = (size_t)9 * F;
     double* s = scratch(ev, thread);
-    double *gYt = s, *gT = gYt + 10 * F, *gXn = gT + 10 * F;
+    double *gYt = s, *gT = gYt + 10 * F, *gXn = gT + 10 * F, *tfac = gXn + 9 * F;
     memcpy(gYt, ev->gY + (size_t)j * F10, F10 * sizeof *gYt);
     int32_t k0 = ev->nl->start[j], k1 = ev->nl->start[j + 1];
     size_t e0 = edge_of(ev, j);
@@ -943,14 +1193,16 @@ static void st_b2(void* p, int32_t j, int32_t thread) {
         int32_t i = edge_geometry(ev, j, k < k0 ? -1 : k, &d, u);
         if (k >= k0 && !edge_on(m, d)) continue;
         /* the factor of edge (j, i) equals that of (i, j): the same distance */
-        const double* fe = ev->fac + (e0 + (size_t)(k - k0 + 1)) * 3 * F;
+        const double* fe = tfac;
+        if (ev->tab) table_at(ev->tab, 1 + l, k < k0, d, tfac, NULL);
+        else fe = ev->fac + (e0 + (size_t)(k - k0 + 1)) * 3 * F;
         const double* gMi = ev->gM + (size_t)i * F10;
         for (int c = 0; c < NI; c++) {
             const double* fp = fe + (size_t)tn_part[c] * F;
             for (int32_t f = 0; f < F; f++) gYt[c * F + f] += fp[f] * gMi[c * F + f];
         }
     }
-    chan_lin3_t(m->llt[l], F, gYt, gT);
+    chan_lin3_t_e(ev, m->llt[l], F, gYt, gT);
     decompose_adj(F, gT, gXn);
     double* gX = ev->gX + (size_t)j * F9;
     const double* X = ev->X + at * F9;
@@ -978,9 +1230,9 @@ static void st_embed_back(void* p, int32_t i, int32_t thread) {
     double *Xtmp = keep + 40 * F + 1, *gXirr = Xtmp + 9 * F, *gn = gXirr + 10 * F, *gWT = gn + 3 * F,
            *gT = gWT + 10 * F, *g2 = gT + 10 * F, *g1 = g2 + 3 * F, *gln = g1 + 2 * F, *gtn = gln + F,
            *gXe = gtn + F, *rb = gXe + 9 * F, *drb = rb + R, *grb = drb + R, *C = grb + R, *pk = C + F,
-           *gp = pk + 3 * F;
+           *gp = pk + 3 * F, *ps = gp + 3 * F;
     const double* Xe = ev->Xe + (size_t)i * 9 * F;
-    embed_atom(m, Xe, Xtmp, keep);
+    embed_atom(ev, Xe, Xtmp, keep);
     compose_adj(F, ev->gX + (size_t)i * 9 * F, gXirr);
     memset(gn, 0, (size_t)3 * F * sizeof *gn);
     for (int c = 0; c < NI; c++) {
@@ -990,13 +1242,13 @@ static void st_embed_back(void* p, int32_t i, int32_t thread) {
             gWT[c * F + f] = nrm[q * F + f] * gXirr[c * F + f];
         }
     }
-    chan_lin3_t(m->elt, F, gWT, gT);
+    chan_lin3_t_e(ev, m->elt, F, gWT, gT);
     for (int32_t k = 0; k < 3 * F; k++) gn[k] *= silu_d(h2[k]);
     memset(g1, 0, (size_t)2 * F * sizeof *g1);
-    lin_t(&m->els[1], gn, g1);
+    lin_t_e(ev, &m->els[1], gn, g1);
     for (int32_t k = 0; k < 2 * F; k++) g1[k] *= silu_d(h1[k]);
     memset(gln, 0, (size_t)F * sizeof *gln);
-    lin_t(&m->els[0], g1, gln);
+    lin_t_e(ev, &m->els[0], g1, gln);
     layer_norm_back(F, xhat, *rstd, m->init_w, gln, gtn);
     decompose_adj(F, gT, gXe);
     for (int c = 0; c < 9; c++)
@@ -1009,13 +1261,17 @@ static void st_embed_back(void* p, int32_t i, int32_t thread) {
         double d, u[3];
         int32_t j = edge_geometry(ev, i, k, &d, u);
         if (!edge_on(m, d)) continue;
-        double c, dc;
-        rbf(m, d, rb, drb);
-        cutoff(m, d, &c, &dc);
+        double c = 1, dc = 0; /* with tables, pk holds dp_q(rbf) · C and ps its slopes */
+        if (ev->tab) {
+            table_at(ev->tab, 0, 0, d, pk, ps);
+        } else {
+            rbf(m, d, rb, drb);
+            cutoff(m, d, &c, &dc);
+            for (int q = 0; q < 3; q++) lin_e(ev, &m->dp[q], rb, pk + q * F);
+        }
         const double* zq = ev->Zq + (size_t)j * F;
-        for (int q = 0; q < 3; q++) lin(&m->dp[q], rb, pk + q * F);
         double uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
-        double gu[3] = {0, 0, 0}, gcut = 0;
+        double gu[3] = {0, 0, 0}, gcut = 0, gtab = 0;
         for (int32_t f = 0; f < F; f++) {
             double G[9];
             for (int q = 0; q < 9; q++) G[q] = gXe[q * F + f];
@@ -1030,14 +1286,21 @@ static void st_embed_back(void* p, int32_t i, int32_t thread) {
             double uGu = 0.5 * (Gu[0] * u[0] + Gu[1] * u[1] + Gu[2] * u[2]);
             double gw1 = tr, gw2 = gv[0] * u[0] + gv[1] * u[1] + gv[2] * u[2], gw3 = uGu - uu * tr / 3;
             for (int r = 0; r < 3; r++) gu[r] += w2 * gv[r] + w3 * (Gu[r] - 2.0 / 3.0 * u[r] * tr);
+            if (ev->tab) {
+                gtab += zij * (gw1 * ps[f] + gw2 * ps[F + f] + gw3 * ps[2 * F + f]);
+                continue;
+            }
             gp[f] = gw1 * Cf, gp[F + f] = gw2 * Cf, gp[2 * F + f] = gw3 * Cf;
             double gC = gw1 * pk[f] + gw2 * pk[F + f] + gw3 * pk[2 * F + f];
             gcut += gC * zij;
         }
-        memset(grb, 0, (size_t)R * sizeof *grb);
-        for (int q = 0; q < 3; q++) lin_t(&m->dp[q], gp + q * F, grb);
-        double gd = gcut * dc;
-        for (int32_t r = 0; r < R; r++) gd += grb[r] * drb[r];
+        double gd = gtab;
+        if (!ev->tab) {
+            memset(grb, 0, (size_t)R * sizeof *grb);
+            for (int q = 0; q < 3; q++) lin_t_e(ev, &m->dp[q], gp + q * F, grb);
+            gd = gcut * dc;
+            for (int32_t r = 0; r < R; r++) gd += grb[r] * drb[r];
+        }
         size_t e = e0 + (size_t)(k - k0 + 1);
         ev->gd[e] += gd;
         for (int r = 0; r < 3; r++) ev->gu[e * 3 + r] += gu[r];
@@ -1046,23 +1309,24 @@ static void st_embed_back(void* p, int32_t i, int32_t thread) {
 }
 
 /* Adds member m's energies (× scale) and, with grad, its gradient (× scale). */
-static nnp_status tn_member_eval(const tn_member* m, nnp_plan* plan, const nnp_neighbors* nl, const double* cq,
-                                 int32_t n_threads, double scale, double* atom_energy, double* batch_energy,
-                                 double* grad) {
+static nnp_status tn_member_eval(const tn_member* m, const tn_table* tab, nnp_plan* plan, const nnp_neighbors* nl,
+                                 const double* cq, int32_t n_threads, double scale, double* atom_energy,
+                                 double* batch_energy, double* grad) {
     int32_t n = plan->n_atoms;
     size_t F = (size_t)m->F, L = (size_t)m->L, E = (size_t)nl->start[n] + (size_t)n, N = (size_t)n;
     size_t head_total = 0;
     for (int32_t k = 0; k < m->n_head; k++) head_total += (size_t)m->head[k].n_out;
     size_t wide = TN_MAX_WIDTH > 3 * F ? TN_MAX_WIDTH : 3 * F;
-    tn_eval ev = {.m = m, .plan = plan, .nl = nl, .n = n, .forces = grad != NULL, .F = F, .cq = cq};
+    tn_eval ev = {.m = m, .plan = plan, .nl = nl, .n = n, .forces = grad != NULL, .F = F, .cq = cq, .tab = tab,
+                  .simd = plan->cpu_simd == NNP_CPU_SIMD_AUTO ? (int)nnp_cpu_simd_available() : plan->cpu_simd};
     ev.scratch_n = 128 * F + 4 * (size_t)m->R + 2 * head_total + 2 * wide + 64;
     int forces = grad != NULL;
     const size_t KW = 7 * F + 2 * (size_t)m->R;
-    const int keep = forces && L > 0 && (double)L * (double)E * (double)(3 * F + KW) * sizeof(double) <= TN_KEEP_BYTES;
+    const int keep = forces && tab == NULL && L > 0 && (double)L * (double)E * (double)(3 * F + KW) * sizeof(double) <= TN_KEEP_BYTES;
     ev.n_edges = E;
     size_t sizes[] = {N * F,           N * F,      N * 9 * F,  (L + 1) * N * 9 * F, L * N * 10 * F, L * N * 10 * F,
                       L * N * 9 * F,   L * N * 9 * F, N * 9 * F, N * 10 * F,     N * 10 * F,
-                      forces && !keep ? E * 3 * F : 0, forces ? E : 0, forces ? 3 * E : 0, N,
+                      forces && !keep && !tab ? E * 3 * F : 0, forces ? E : 0, forces ? 3 * E : 0, N,
                       (size_t)n_threads * ev.scratch_n, keep ? L * E * 3 * F : 0, keep ? L * E * KW : 0};
     double** slots[] = {&ev.Zp, &ev.Zq, &ev.Xe, &ev.X, &ev.Yirr, &ev.Mirr, &ev.B,  &ev.dX,
                         &ev.gX, &ev.gM, &ev.gY, &ev.fac, &ev.gd, &ev.gu, &ev.energy, &ev.scratch,
@@ -1141,10 +1405,12 @@ static nnp_status tn_evaluate_cpu(nnp_plan* plan, const double* pos, const doubl
     int32_t first = plan->member < 0 ? 0 : plan->member;
     int32_t last = plan->member < 0 ? tm->n_members : plan->member + 1;
     int32_t n_threads = nnp_plan_threads(plan);
+    const tn_table* tables = NULL;
+    if (plan->cpu_precision == NNP_PRECISION_SINGLE) st = tables_of(plan->model, n_threads, &tables);
     if (n_threads > n) n_threads = n;
     for (int32_t k = first; st == NNP_OK && k < last; k++)
-        st = tn_member_eval(&tm->members[k], plan, &nl, cq, n_threads, 1.0 / (last - first), atom_energy,
-                            batch_energy, grad);
+        st = tn_member_eval(&tm->members[k], tables ? &tables[k] : NULL, plan, &nl, cq, n_threads,
+                            1.0 / (last - first), atom_energy, batch_energy, grad);
     free(cq);
     nnp_neighbors_free(&nl);
     return st;

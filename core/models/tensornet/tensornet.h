@@ -7,6 +7,8 @@
 
 #include "internal.h"
 
+#include <pthread.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,6 +22,8 @@ extern "C" {
 /* The CPU evaluation with forces keeps every layer's per-edge radial MLP values from the forward
    pass for the backward pass while they take at most this many bytes (else computes them again). */
 #define TN_KEEP_BYTES (512.0 * 1024 * 1024)
+/* Intervals of the CPU evaluation's radial tables (NNP_PRECISION_SINGLE) over [cutoff_lower, cutoff_upper]. */
+#define TN_TABLE_INTERVALS 2048
 
 enum { TN_GROUP_O3 = 1, TN_GROUP_SO3 = 2 };
 enum { TN_ACT_SILU = 1 };
@@ -42,11 +46,23 @@ typedef struct tn_member {
     double* transposed; /* every wt, one allocation */
 } tn_member;
 
+/* A member's radial tables for the CPU evaluation with NNP_PRECISION_SINGLE (tensornet.c): filter 0
+   is the embedding's dp_q(rbf(d)) · C(d), filter 1 + l layer l's SiLU(L₃ SiLU(L₂ SiLU(L₁ rbf(d)))) ·
+   C(d), 3F values each (blocks q = 1, 2, 3 or I, A, S). */
+typedef struct tn_table {
+    int32_t intervals, width, n_filters; /* width: 3F; n_filters: L + 1 */
+    double lo, h;                        /* first node (cutoff_lower) and spacing */
+    double* self;  /* n_filters × width: the exact values at d = 0 (the self loop) */
+    double* nodes; /* n_filters × (intervals + 1) × 2 width: per filter and node, values then slopes */
+} tn_table;
+
 typedef struct tn_model {
     int32_t n_members;
     tn_member* members;
     double cutoff; /* largest cutoff_upper */
     int32_t max_z; /* smallest embedding size */
+    pthread_mutex_t table_lock; /* guards tables: made by the first evaluation that needs them */
+    tn_table* tables;           /* n_members, or NULL until then */
 } tn_model;
 
 /* The CUDA evaluation (cuda/tensornet_cuda.cu): the family's hooks. */
