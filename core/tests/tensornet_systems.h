@@ -1,0 +1,104 @@
+/*
+ * Test systems for TensorNet's evaluations (test_tensornet_cpu.c, test_tensornet_cuda.c): drug-like
+ * molecules one batch each, with charges and rarer elements, and a dense grid of atoms; plans over
+ * them and the comparisons both tests make. Include after test.h.
+ */
+#ifndef NNP_TENSORNET_SYSTEMS_H
+#define NNP_TENSORNET_SYSTEMS_H
+
+typedef struct system_t {
+    const char* name;
+    int32_t n, n_batches;
+    int32_t *z, *batch, *charge;
+    double* pos; /* Å */
+    double box[9];
+    int periodic;
+    double single_forces; /* test_tensornet_cuda: its float32 forces tolerance where SINGLE_FORCES does not apply, or 0 */
+} system_t;
+
+static NNP_TEST_UNUSED void free_system(system_t* s) { free(s->z), free(s->batch), free(s->charge), free(s->pos); }
+
+/* `count` drug-like molecules from number `first` on, one batch each, side by side 30 Å apart
+   (batches never interact, so their placement only matters for the periodic case), charges
+   cycling −1, 0, +1 when `charged`. With `exotic`, some atoms become B, Si, P, Br and I. */
+static NNP_TEST_UNUSED system_t make_system(const char* name, int first, int count, int charged, int exotic) {
+    system_t s = {name, 0, 0, NULL, NULL, NULL, NULL, {0}, 0, 0};
+    int cap = 0;
+    for (int k = first; s.n_batches < count && k < first + 4000; k++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "molecules/druglike/drugbank-%04d.xyz", k);
+        FILE* f = fopen(shared_path(rel), "r");
+        if (f == NULL) continue;
+        fclose(f);
+        molecule m = read_molecule_or_die(rel);
+        if (s.n + m.n > cap) {
+            cap = 2 * (s.n + m.n);
+            s.z = realloc(s.z, sizeof(int32_t) * cap);
+            s.batch = realloc(s.batch, sizeof(int32_t) * cap);
+            s.pos = realloc(s.pos, sizeof(double) * 3 * cap);
+        }
+        for (int32_t a = 0; a < m.n; a++) {
+            s.z[s.n + a] = m.z[a];
+            s.batch[s.n + a] = s.n_batches;
+            for (int c = 0; c < 3; c++) s.pos[3 * (s.n + a) + c] = m.pos[3 * a + c] + (c == 0 ? 30.0 * s.n_batches : 0.0);
+        }
+        s.n += m.n;
+        s.n_batches++;
+        free_molecule(&m);
+    }
+    s.charge = calloc((size_t)s.n_batches + 1, sizeof(int32_t));
+    for (int b = 0; charged && b < s.n_batches; b++) s.charge[b] = b % 3 - 1;
+    if (exotic) {
+        static const int32_t rare[] = {5, 14, 15, 35, 53};
+        for (int32_t i = 0, k = 0; i < s.n; i += 3) s.z[i] = rare[k++ % 5];
+    }
+    return s;
+}
+
+/* One batch of side³ atoms (H, C, N, O in turn) on a cubic grid 1.25 Å apart, each moved up to
+   0.2 Å (a fixed pseudo-random sequence): every atom has far more neighbours within the cutoff than
+   the CUDA kernels take per chunk of edges (64), so the chunks' seams are crossed. Its float32
+   forces are held to 2e-5: each sums 100-250 edges' float32 terms that largely cancel (measured
+   on the H200: 1.3e-6 to 6.0e-6 on the test models), while float64 must still agree to 1e-10. */
+static NNP_TEST_UNUSED system_t make_dense(const char* name, int side) {
+    system_t s = {name, side * side * side, 1, NULL, NULL, NULL, NULL, {0}, 0, 2e-5};
+    s.z = malloc(sizeof(int32_t) * s.n), s.batch = calloc((size_t)s.n, sizeof(int32_t));
+    s.charge = calloc(1, sizeof(int32_t)), s.pos = malloc(sizeof(double) * 3 * s.n);
+    static const int32_t elements[] = {1, 6, 7, 8};
+    uint32_t r = 12345;
+    for (int i = 0; i < s.n; i++) {
+        const int g[3] = {i % side, i / side % side, i / (side * side)};
+        s.z[i] = elements[i % 4];
+        for (int c = 0; c < 3; c++) {
+            r = r * 1664525u + 1013904223u;
+            s.pos[3 * i + c] = 1.25 * g[c] + 0.4 * ((double)(r >> 8) / (double)(1u << 24) - 0.5);
+        }
+    }
+    return s;
+}
+
+static NNP_TEST_UNUSED nnp_plan* make_plan(nnp_model* model, const system_t* s, int32_t member) {
+    nnp_plan* p = NULL;
+    CHECK_OK(nnp_plan_create(model, &p));
+    CHECK_OK(nnp_plan_set_atoms(p, s->n, s->z, s->batch));
+    CHECK_OK(nnp_plan_set_batch_charges(p, s->n_batches, s->charge));
+    CHECK_OK(nnp_plan_set_member(p, member));
+    return p;
+}
+
+static NNP_TEST_UNUSED double rms_relative(const double* ref, const double* x, int n) {
+    double num = 0, den = 0;
+    for (int k = 0; k < n; k++) num += (x[k] - ref[k]) * (x[k] - ref[k]), den += ref[k] * ref[k];
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Whether the model has every element of the system (the test models' embeddings differ). */
+static NNP_TEST_UNUSED int has_elements(nnp_model* model, const system_t* s) {
+    nnp_plan* p = NULL;
+    CHECK_OK(nnp_plan_create(model, &p));
+    const int ok = nnp_plan_set_atoms(p, s->n, s->z, s->batch) == NNP_OK;
+    nnp_plan_free(p);
+    return ok;
+}
+
+#endif
