@@ -5,7 +5,8 @@ batch each, 3 nm apart), the seeded AceFF-sized model of bench/make_tensornet_mo
 (skipped with a message where torch or torchmd-net is absent).
     python bench/cpu_vs_torchmdnet.py [--threads 2] [--calls 10] [K ...]   (default K: 1 10)
 torchmd-net runs as its users run it on a CPU: External(model, z, device="cpu"), float32, no static
-shapes. The plugin's TensorNet CPU evaluation is float64 (the CPU platform's float32 applies to ANI).
+shapes. The plugin's CPU platform reads TensorNet's radial filters from tables and runs its linears on
+SIMD, in float64 (docs/models.md); the first evaluation, which makes the tables, is not timed.
 NNP_SHARED_DIR: the molecules (default ../shared)."""
 import argparse
 import os
