@@ -101,4 +101,17 @@ static NNP_TEST_UNUSED int has_elements(nnp_model* model, const system_t* s) {
     return ok;
 }
 
+/* The systems both tests run: one molecule, 12 molecules with charges −1/0/+1, 4 molecules with
+   B/Si/P/Br/I, one molecule in a periodic box, a dense batch. */
+enum { N_SYSTEMS = 5 };
+static NNP_TEST_UNUSED void make_systems(system_t s[N_SYSTEMS]) {
+    s[0] = make_system("one molecule", 3, 1, 0, 0);
+    s[1] = make_system("12 molecules, charged", 1, 12, 1, 0);
+    s[2] = make_system("4 molecules, B Si P Br I", 20, 4, 1, 1);
+    s[3] = make_system("periodic", 3, 1, 1, 0);
+    s[3].periodic = 1;
+    s[3].box[0] = s[3].box[4] = s[3].box[8] = 2.05 * 5.0 + 1.0; /* wider than twice any fixture's cutoff */
+    s[4] = make_dense("dense, 216 atoms in one batch", 6);
+}
+
 #endif

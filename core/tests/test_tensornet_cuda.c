@@ -228,29 +228,25 @@ int main(int argc, char** argv) {
         }
         const char* name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
         CHECK(strcmp(nnp_model_family_name(model), "tensornet") == 0);
-        system_t one = make_system("one molecule", 3, 1, 0, 0);
-        system_t many = make_system("12 molecules, charged", 1, 12, 1, 0);
-        system_t rare = make_system("4 molecules, B Si P Br I", 20, 4, 1, 1);
-        system_t box = make_system("periodic", 3, 1, 1, 0);
-        box.periodic = 1;
-        box.box[0] = box.box[4] = box.box[8] = 2.05 * 5.0 + 1.0; /* wider than twice any fixture's cutoff */
-        system_t dense = make_dense("dense, 216 atoms in one batch", 6);
+        system_t sys[N_SYSTEMS];
+        make_systems(sys);
+        system_t *one = &sys[0], *many = &sys[1], *rare = &sys[2], *box = &sys[3], *dense = &sys[4];
         if (quick == NULL) {
             for (int p = 0; p < 2; p++) {
                 nnp_precision prec = p ? NNP_PRECISION_DOUBLE : NNP_PRECISION_SINGLE;
-                compare(name, model, &one, -1, prec);
-                compare(name, model, &many, -1, prec);
-                compare(name, model, &rare, -1, prec);
-                compare(name, model, &box, -1, prec);
-                compare(name, model, &dense, -1, prec);
+                compare(name, model, one, -1, prec);
+                compare(name, model, many, -1, prec);
+                compare(name, model, rare, -1, prec);
+                compare(name, model, box, -1, prec);
+                compare(name, model, dense, -1, prec);
             }
-            compare(name, model, &many, 0, NNP_PRECISION_SINGLE);
+            compare(name, model, many, 0, NNP_PRECISION_SINGLE);
         } else {
-            compare(name, model, &many, -1, NNP_PRECISION_SINGLE);
-            compare(name, model, &dense, -1, NNP_PRECISION_SINGLE);
+            compare(name, model, many, -1, NNP_PRECISION_SINGLE);
+            compare(name, model, dense, -1, NNP_PRECISION_SINGLE);
         }
-        graph_replay(name, model, &many);
-        free_system(&one), free_system(&many), free_system(&rare), free_system(&box), free_system(&dense);
+        graph_replay(name, model, many);
+        for (int k = 0; k < N_SYSTEMS; k++) free_system(&sys[k]);
         nnp_model_free(model);
     }
     return test_finish("test_tensornet_cuda");
