@@ -37,45 +37,23 @@ static double cutoff_deriv(double d, double rc) { return -0.5 * NNP_PI / rc * si
 
 /* ------------------------------------------------------------------ AEV */
 
-/* The float32 evaluation's angular factors, in float64 but without acos, cos, sin and pow:
-   cos(θ − s) and sin(θ − s) from cos θ = 0.95 c and sin θ = √(1 − cos²θ) (θ = acos(0.95 c) is in
+/* The float32 evaluation's angular factors (aev_simd.h), in float64 but without acos, cos, sin and
+   pow: cos(θ − s) and sin(θ − s) from cos θ = 0.95 c and sin θ = √(1 − cos²θ) (θ = acos(0.95 c) is in
    [0, π], so sin θ ≥ 0), and a whole ζ by repeated squaring. The same values up to rounding (a few
-   ulp); Reference and the float64 CPU evaluation keep the library functions. */
+   ulp); Reference and the float64 CPU evaluation keep the library functions (angular_f1). */
 typedef struct angular_fast {
-    int on;                  /* the plan's CPU precision is single */
     int zeta_whole;          /* every ζ a whole number in 1 .. 1024 */
     double cos_s[NNP_MAX_TERMS], sin_s[NNP_MAX_TERMS]; /* of each ShfZ */
 } angular_fast;
 
-static void angular_fast_of(const nnp_aev_params* p, int on, angular_fast* f) {
-    f->on = on;
+static void angular_fast_of(const nnp_aev_params* p, angular_fast* f) {
     f->zeta_whole = 1;
     for (int32_t z = 0; z < p->nZeta; z++) f->zeta_whole &= p->Zeta[z] == floor(p->Zeta[z]) && p->Zeta[z] >= 1 && p->Zeta[z] <= 1024;
     for (int32_t sz = 0; sz < p->nShfZ; sz++) f->cos_s[sz] = cos(p->ShfZ[sz]), f->sin_s[sz] = sin(p->ShfZ[sz]);
 }
 
-static inline double whole_pow(double x, int32_t n) {
-    double r = 1;
-    for (; n > 0; n >>= 1, x *= x)
-        if (n & 1) r *= x;
-    return r;
-}
-
 /* f1 = ((1 + cos(θ − s)) / 2)^ζ for every (ζ, s), and with df1 (not NULL) its derivative in θ. */
-static inline void angular_f1(const nnp_aev_params* p, const angular_fast* f, double c, double theta, double* f1v, double* df1v) {
-    if (f->on) {
-        const double ct = 0.95 * c, st = sqrt(fmax(1 - ct * ct, 0));
-        for (int32_t sz = 0; sz < p->nShfZ; sz++) {
-            const double cd = ct * f->cos_s[sz] + st * f->sin_s[sz], sd = st * f->cos_s[sz] - ct * f->sin_s[sz];
-            const double base = 0.5 * (1 + cd);
-            for (int32_t z = 0; z < p->nZeta; z++) {
-                const double lower = f->zeta_whole ? whole_pow(base, (int32_t)p->Zeta[z] - 1) : pow(base, p->Zeta[z] - 1);
-                f1v[z * p->nShfZ + sz] = lower * base;
-                if (df1v) df1v[z * p->nShfZ + sz] = p->Zeta[z] * lower * (-0.5 * sd);
-            }
-        }
-        return;
-    }
+static inline void angular_f1(const nnp_aev_params* p, double theta, double* f1v, double* df1v) {
     for (int32_t z = 0; z < p->nZeta; z++)
         for (int32_t sz = 0; sz < p->nShfZ; sz++) {
             double base = 0.5 * (1 + cos(theta - p->ShfZ[sz]));
@@ -85,8 +63,7 @@ static inline void angular_f1(const nnp_aev_params* p, const angular_fast* f, do
 }
 
 /* AEV of atom i: aev has aev_length entries, zeroed by the caller. */
-static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl, const angular_fast* fast,
-                        int32_t i, double* aev) {
+static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl, int32_t i, double* aev) {
     const nnp_ani* ani = nnp_ani_of(model);
     const nnp_aev_params* p = &ani->aev;
     const nnp_neighbor* nb = &nl->items[nl->start[i]];
@@ -109,14 +86,14 @@ static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_
             const double *u = nb[a].r, *v = nb[b].r;
             double dj = nb[a].d, dk = nb[b].d;
             double c = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) / fmax(dj * dk, 1e-10);
-            double theta = fast->on ? 0 : acos(0.95 * c);
+            double theta = acos(0.95 * c);
             double fcjk = (a < NNP_FC_CACHE ? fca[a] : cutoff_fn(dj, p->Rca)) * (b < NNP_FC_CACHE ? fca[b] : cutoff_fn(dk, p->Rca));
             double avg = 0.5 * (dj + dk);
             double* out = aev + ani->radial_length +
                           ani->pair_index[plan->elements[nb[a].j]][plan->elements[nb[b].j]] * ani->angular_sub;
             /* each factor once per pair (the same expressions, so the same values) */
             double f1v[p->nZeta * p->nShfZ], f2v[p->nEtaA * p->nShfA];
-            angular_f1(p, fast, c, theta, f1v, NULL);
+            angular_f1(p, theta, f1v, NULL);
             for (int32_t ea = 0; ea < p->nEtaA; ea++)
                 for (int32_t sa = 0; sa < p->nShfA; sa++) {
                     double x = avg - p->ShfA[sa];
@@ -135,8 +112,8 @@ static void compute_aev(const nnp_model* model, const nnp_plan* plan, const nnp_
 
 /* dE/dr of atom i's AEV, given g = dE/dAEV, into local (Hartree/Å): slot 0 (3 values) for atom i
    itself, slot 1 + a for its neighbour a. local must be zeroed by the caller. */
-static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl, const angular_fast* fast,
-                         int32_t i, const double* g, double* local) {
+static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl, int32_t i, const double* g,
+                         double* local) {
     const nnp_ani* ani = nnp_ani_of(model);
     const nnp_aev_params* p = &ani->aev;
     const nnp_neighbor* nb = &nl->items[nl->start[i]];
@@ -168,7 +145,7 @@ static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp
             double dj = nb[a].d, dk = nb[b].d;
             double denom = fmax(dj * dk, 1e-10);
             double c = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) / denom;
-            double theta = fast->on ? 0 : acos(0.95 * c);
+            double theta = acos(0.95 * c);
             double fj = a < NNP_FC_CACHE ? fca[a] : cutoff_fn(dj, p->Rca), fk = b < NNP_FC_CACHE ? fca[b] : cutoff_fn(dk, p->Rca);
             double dfj = a < NNP_FC_CACHE ? dfca[a] : cutoff_deriv(dj, p->Rca), dfk = b < NNP_FC_CACHE ? dfca[b] : cutoff_deriv(dk, p->Rca);
             double avg = 0.5 * (dj + dk);
@@ -177,7 +154,7 @@ static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp
             double s_theta = 0, s_dj = 0, s_dk = 0;
             /* each factor once per pair (the same expressions, so the same values) */
             double f1v[p->nZeta * p->nShfZ], df1v[p->nZeta * p->nShfZ], f2v[p->nEtaA * p->nShfA], df2v[p->nEtaA * p->nShfA];
-            angular_f1(p, fast, c, theta, f1v, df1v);
+            angular_f1(p, theta, f1v, df1v);
             for (int32_t ea = 0; ea < p->nEtaA; ea++)
                 for (int32_t sa = 0; sa < p->nShfA; sa++) {
                     double x = avg - p->ShfA[sa];
@@ -212,6 +189,14 @@ static void aev_backward(const nnp_model* model, const nnp_plan* plan, const nnp
     }
 }
 
+/* The float32 evaluation's AEV on SIMD (aev_simd.h): one pair or neighbour per lane, up to
+   AEV_LANES lanes; per thread, a term of every lane per AEV block feature (terms) and the angular
+   factor vectors (vectors, 64-byte aligned). */
+#define AEV_LANES 8
+typedef struct aev_buffers {
+    double *terms, *vectors;
+} aev_buffers;
+
 /* ------------------------------------------------------------------ networks */
 
 /* Activations are stored transposed, feature-major: x[k * CHUNK + a] is feature k of atom a of
@@ -227,6 +212,7 @@ typedef struct workspace {
     double* atom;                    /* one atom's AEV or dE/dAEV, width */
     /* float32 (the plan's CPU precision single): the same buffers */
     float *actf[NNP_MAX_LAYERS + 1], *pref[NNP_MAX_LAYERS], *grad_af, *grad_bf, *daevf;
+    aev_buffers aevb;                /* the float32 evaluation's AEV (aev_simd.h) */
 } workspace;
 
 static double activate(int32_t kind, double z) {
@@ -513,6 +499,43 @@ static void network_backward_simd(nnp_cpu_simd simd, const nnp_network* net, wor
     network_backward_f_baseline(net, ws, n, scale, daev, kr);
 }
 
+/* The AEV variants: aev_simd.h for the baseline (two lanes, SSE2 on x86-64), AVX2 (four) and AVX-512F
+   (eight), picked with the networks' instruction set. */
+#define SFX base
+#define ATTR
+#define VW 2
+#include "aev_simd.h"
+#if NNP_SIMD_X86
+#define SFX avx2
+#define ATTR __attribute__((target("avx2,fma")))
+#define VW 4
+#include "aev_simd.h"
+#define SFX avx512
+#define ATTR __attribute__((target("avx512f,fma")))
+#define VW 8
+#include "aev_simd.h"
+#endif
+
+static void compute_aev_simd(nnp_cpu_simd simd, const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl,
+                             const angular_fast* fast, int32_t i, double* aev, const aev_buffers* ab) {
+#if NNP_SIMD_X86
+    if (simd == NNP_CPU_SIMD_AVX512) return compute_aev_fast_avx512(model, plan, nl, fast, i, aev, ab);
+    if (simd == NNP_CPU_SIMD_AVX2) return compute_aev_fast_avx2(model, plan, nl, fast, i, aev, ab);
+#endif
+    (void)simd;
+    compute_aev_fast_base(model, plan, nl, fast, i, aev, ab);
+}
+
+static void aev_backward_simd(nnp_cpu_simd simd, const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl,
+                              const angular_fast* fast, int32_t i, const double* g, double* local, const aev_buffers* ab) {
+#if NNP_SIMD_X86
+    if (simd == NNP_CPU_SIMD_AVX512) return aev_backward_fast_avx512(model, plan, nl, fast, i, g, local, ab);
+    if (simd == NNP_CPU_SIMD_AVX2) return aev_backward_fast_avx2(model, plan, nl, fast, i, g, local, ab);
+#endif
+    (void)simd;
+    aev_backward_fast_base(model, plan, nl, fast, i, g, local, ab);
+}
+
 static void free_workspace(workspace* ws) {
     for (int l = 0; l <= NNP_MAX_LAYERS; l++) free(ws->act[l]);
     for (int l = 0; l < NNP_MAX_LAYERS; l++) free(ws->pre[l]);
@@ -525,6 +548,8 @@ static void free_workspace(workspace* ws) {
     free(ws->grad_af);
     free(ws->grad_bf);
     free(ws->daevf);
+    free(ws->aevb.terms);
+    free(ws->aevb.vectors);
 }
 
 static nnp_status alloc_workspace(const nnp_model* model, workspace* ws) {
@@ -549,6 +574,11 @@ static nnp_status alloc_workspace(const nnp_model* model, workspace* ws) {
     for (int32_t l = 0; l < layers; l++) ok = ok && (ws->pref[l] = calloc(1, fbytes)) != NULL;
     ok = ok && (ws->grad_af = calloc(1, fbytes)) != NULL && (ws->grad_bf = calloc(1, fbytes)) != NULL &&
          (ws->daevf = calloc(1, fbytes)) != NULL;
+    const nnp_aev_params* p = &ani->aev;
+    const size_t sub = (size_t)(ani->radial_sub > ani->angular_sub ? ani->radial_sub : ani->angular_sub);
+    const size_t vbytes = ((size_t)2 * (p->nZeta * p->nShfZ + p->nEtaA * p->nShfA) * AEV_LANES * sizeof(double) + 63) / 64 * 64;
+    ok = ok && (ws->aevb.terms = calloc(sub * AEV_LANES, sizeof(double))) != NULL &&
+         (ws->aevb.vectors = aligned_alloc(64, vbytes)) != NULL;
     if (!ok) {
         free_workspace(ws);
         return nnp_fail(NNP_ERR_MEMORY, "out of memory for the network workspace");
@@ -599,7 +629,8 @@ static void run_chunks(eval_job* job, workspace* ws) {
         const int single = job->single;
         for (int32_t a = 0; a < ch->count; a++) {
             memset(ws->atom, 0, A * sizeof(double));
-            compute_aev(model, job->plan, job->nl, &job->fast, atoms[a], ws->atom);
+            if (single) compute_aev_simd(job->simd, model, job->plan, job->nl, &job->fast, atoms[a], ws->atom, &ws->aevb);
+            else compute_aev(model, job->plan, job->nl, atoms[a], ws->atom);
             /* float32: features below FLT_MIN (far Gaussian tails) become 0, not subnormal floats, whose
                multiplications x86 cores take a slow microcode path for (10 drug-like molecules: the
                forward pass 2.4x slower than the backward); each term they drop is below the sums' rounding */
@@ -627,7 +658,11 @@ static void run_chunks(eval_job* job, workspace* ws) {
                     for (size_t k = 0; k < A; k++) ws->atom[k] = ws->daevf[k * CHUNK + (size_t)a];
                 else
                     for (size_t k = 0; k < A; k++) ws->atom[k] = ws->daev[k * CHUNK + (size_t)a];
-                aev_backward(model, job->plan, job->nl, &job->fast, atoms[a], ws->atom, job->local + job->local_start[atoms[a]]);
+                if (single)
+                    aev_backward_simd(job->simd, model, job->plan, job->nl, &job->fast, atoms[a], ws->atom,
+                                      job->local + job->local_start[atoms[a]], &ws->aevb);
+                else
+                    aev_backward(model, job->plan, job->nl, atoms[a], ws->atom, job->local + job->local_start[atoms[a]]);
             }
     }
 }
@@ -694,7 +729,7 @@ nnp_status nnp_ani_evaluate_cpu(nnp_plan* plan, const double* pos, const double*
                     .simd = plan->cpu_simd == NNP_CPU_SIMD_AUTO ? nnp_cpu_simd_available() : (nnp_cpu_simd)plan->cpu_simd,
                     .atom_e = atom_e, .local = local, .local_start = local_start, .ws = ws};
     aev_ranges_of(model, plan, &job.kept);
-    angular_fast_of(&ani->aev, job.single, &job.fast);
+    angular_fast_of(&ani->aev, &job.fast);
     atomic_init(&job.next, 0);
     pthread_t threads[NNP_MAX_THREADS];
     worker_arg args[NNP_MAX_THREADS];
