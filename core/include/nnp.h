@@ -191,9 +191,10 @@ NNP_API nnp_status nnp_plan_set_units(nnp_plan* plan, nnp_units units);
 typedef enum nnp_precision { NNP_PRECISION_SINGLE = 0, NNP_PRECISION_DOUBLE = 1 } nnp_precision;
 /**
  * Arithmetic of the CPU evaluation (default NNP_PRECISION_DOUBLE, exact). NNP_PRECISION_SINGLE
- * runs ANI's networks in float32 on SIMD (AVX-512F, AVX2 or SSE2: nnp_plan_set_cpu_simd, by default
- * the widest the CPU runs) with the AEV, its backward pass, the atom and batch energies and the forces in float64;
- * results stay independent of the thread count. For TensorNet it reads the radial filters (the
+ * runs ANI's networks in float32 and its AEV and the AEV's backward pass in float64 on SIMD
+ * (AVX-512F, AVX2 or SSE2: nnp_plan_set_cpu_simd, by default the widest the CPU runs; the AEV's
+ * exp, log and pow by polynomials, within 2 ulp), with the atom and batch energies and the forces
+ * in float64; results stay independent of the thread count. For TensorNet it reads the radial filters (the
  * embedding's and each layer's, functions of the distance only) from tables of 2,049 nodes per model,
  * made by the first such evaluation, with cubic Hermite interpolation, and runs its linears on the same
  * SIMD, in float64 (per-batch energies within 1e-8 relative of the exact evaluation, forces 1e-5).
