@@ -5,7 +5,8 @@
 #   1. scripts/setup.sh into that environment and build: CTest on the release build (the C tests
 #      of libnnp, the C++ tests of NNPForce on the Reference and CPU platforms, the C API test,
 #      pytest of the Python module against the build tree);
-#   2. the C and C++ tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   2. the C and C++ tests again under AddressSanitizer + UndefinedBehaviorSanitizer (TensorNet's on
+#      the test checkpoints that step 1 converted);
 #   3. the model-file fuzzer for a bounded time (NNP_FUZZ_SECONDS, default 60; 0 skips it);
 #   4. the three wheels built (scripts/build-wheels.sh), installed into another new environment and
 #      tested there (scripts/test-wheels.sh): ldd, selfcheck, the Python tests, a short main job.
@@ -36,7 +37,8 @@ say "C and C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 asan="$work/build-asan"
 mkdir -p "$asan"
 cmake -S "$root" -B "$asan" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 -DCMAKE_CXX_FLAGS=-O1 -DNNP_SANITIZE=ON \
-  -DNNP_BUILD_PYTHON=OFF -DPython3_EXECUTABLE="$NNP_VENV/bin/python" -DNNP_SHARED_DIR="$shared" > "$asan/configure.log" 2>&1 \
+  -DNNP_BUILD_PYTHON=OFF -DPython3_EXECUTABLE="$NNP_VENV/bin/python" -DNNP_SHARED_DIR="$shared" \
+  -DNNP_TENSORNET_MODELS_DIR="$NNP_BUILD_DIR/share/openmm-nnp/test-models" > "$asan/configure.log" 2>&1 \
   || { cat "$asan/configure.log"; exit 1; }
 cmake --build "$asan" -j "$(nproc)" > "$asan/build.log" 2>&1 || { tail -n 60 "$asan/build.log"; exit 1; }
 # OpenMM itself is not instrumented; leaks inside it are not ours to report.

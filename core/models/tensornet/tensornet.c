@@ -670,7 +670,7 @@ static nnp_status tables_of(const nnp_model* model, int32_t n_threads, const tn_
     return st;
 }
 
-/* Filter k's values (and, with slope != NULL, slopes) at d: the self loop's exact values when self, else
+/* Filter k's values (with val != NULL) and slopes (with slope != NULL) at d: the self loop's exact values when self, else
    the interpolant at cutoff_lower <= d < cutoff_upper. */
 static void table_at(const tn_table* t, int32_t k, int self, double d, double* restrict val, double* restrict slope) {
     const int32_t W = t->width;
@@ -687,7 +687,8 @@ static void table_at(const tn_table* t, int32_t k, int self, double d, double* r
     const double h00 = (1 + 2 * s) * r * r, h01 = s * s * (3 - 2 * s), h10 = h * s * r * r, h11 = -h * s * s * r;
     const double* restrict n0 = t->nodes + ((size_t)k * (size_t)(t->intervals + 1) + (size_t)g) * 2 * W;
     const double* restrict n1 = n0 + 2 * W;
-    for (int32_t c = 0; c < W; c++) val[c] = h00 * n0[c] + h01 * n1[c] + h10 * n0[W + c] + h11 * n1[W + c];
+    if (val)
+        for (int32_t c = 0; c < W; c++) val[c] = h00 * n0[c] + h01 * n1[c] + h10 * n0[W + c] + h11 * n1[W + c];
     if (slope == NULL) return;
     const double e0 = 6 * s * r / h, e10 = r * (1 - 3 * s), e11 = s * (3 * s - 2);
     for (int32_t c = 0; c < W; c++) slope[c] = e0 * (n1[c] - n0[c]) + e10 * n0[W + c] + e11 * n1[W + c];
@@ -1154,7 +1155,7 @@ static void st_b1(void* p, int32_t i, int32_t thread) {
         size_t e = e0 + (size_t)(k - k0 + 1);
         if (ev->tab) {
             if (k < k0) continue; /* the self loop does not move */
-            table_at(ev->tab, 1 + l, 0, d, fac, tslope);
+            table_at(ev->tab, 1 + l, 0, d, NULL, tslope); /* the slopes alone */
         } else if (ev->kept) {
             keep = ev->kept + ((size_t)l * ev->n_edges + e) * (7 * (size_t)F + 2 * (size_t)m->R);
         } else {
