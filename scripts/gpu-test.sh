@@ -139,8 +139,9 @@ for step in "${steps[@]}"; do
   ab)
     # Variants compared in one call: this tree ("current") and, for each "name:file" of AB, a copy
     # with the patch file applied ("name:-file": reversed). Each is built (in parallel) and checked
-    # by test_cuda, then bench_nnp runs at BENCH_SIZES (default "1 837") for each in turn,
-    # AB_ROUNDS times (default 2), so that the variants share the machine's state.
+    # by test_cuda (with BENCH_MODEL: test_tensornet_cuda, quick), then bench_nnp runs at BENCH_SIZES
+    # (default "1 837"; with BENCH_MODEL, that model) for each in turn, AB_ROUNDS times (default 2),
+    # so that the variants share the machine's state.
     names=(current); dirs=("$root")
     for spec in ${AB:-}; do
       name="${spec%%:*}"; pf="${spec#*:}"; rev=""; [ "${pf#-}" != "$pf" ] && { rev=-R; pf="${pf#-}"; }
@@ -157,14 +158,18 @@ for step in "${steps[@]}"; do
       if [ ! -x "${dirs[$i]}/build-gpu/bench/bench_nnp" ]; then
         echo "ab ${names[$i]}: build failed ($(grep -m 1 -E "error:" "/tmp/ab-build-$i.log"); log /tmp/ab-build-$i.log)"; continue
       fi
-      echo "ab ${names[$i]}: $("${dirs[$i]}/build-gpu/core/tests/test_cuda" 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
+      if [ -n "${BENCH_MODEL:-}" ]; then  # a TensorNet benchmark: its test (quick) on the test checkpoints
+        echo "ab ${names[$i]}: $(NNP_TEST_QUICK=1 "${dirs[$i]}/build-gpu/core/tests/test_tensornet_cuda" "$d"/tensornet/*.nnpm 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
+      else
+        echo "ab ${names[$i]}: $("${dirs[$i]}/build-gpu/core/tests/test_cuda" 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
+      fi
     done
     for r in $(seq "${AB_ROUNDS:-2}"); do
       for i in "${!dirs[@]}"; do
         [ -x "${dirs[$i]}/build-gpu/bench/bench_nnp" ] || continue
         echo "== ${names[$i]} (round $r)"
         # each copy's own OpenMM (two libOpenMMCUDA in one process abort at exit)
-        OPENMM_PLUGIN_DIR="${dirs[$i]}/.device/omm/OpenMM.libs/lib/plugins" "${dirs[$i]}/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_SIZES:-1 837} \
+        OPENMM_PLUGIN_DIR="${dirs[$i]}/.device/omm/OpenMM.libs/lib/plugins" "${dirs[$i]}/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_MODEL:+--model=$BENCH_MODEL} ${BENCH_SIZES:-1 837} \
           > "/tmp/ab-bench-$i.log" 2>&1 || { echo "ab ${names[$i]}: bench_nnp exit $?:"; tail -n 5 "/tmp/ab-bench-$i.log"; }
         grep -E "^ +[0-9]+ +[0-9]+ \|" "/tmp/ab-bench-$i.log"
       done
