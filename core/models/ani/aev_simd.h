@@ -105,50 +105,6 @@ ATTR static void NNP_FN(angular_cutoffs)(const nnp_aev_params* p, const nnp_neig
     }
 }
 
-/* AEV of atom i in the float32 evaluation (aev zeroed by the caller; ab: the workspace's buffers). */
-ATTR static void NNP_FN(compute_aev_fast)(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl, const angular_fast* fast,
-                                          int32_t i, double* aev, const aev_buffers* ab) {
-    const nnp_ani* ani = nnp_ani_of(model);
-    const nnp_aev_params* p = &ani->aev;
-    const nnp_neighbor* nb = &nl->items[nl->start[i]];
-    const int32_t nn = nl->start[i + 1] - nl->start[i];
-    double* tbuf = ab->terms;
-    /* radial: neighbours as lanes */
-    for (int32_t a0 = 0; a0 < nn; a0 += VW) {
-        const int n = nn - a0 < VW ? nn - a0 : VW;
-        double d[VW], fc[VW];
-        for (int l = 0; l < VW; l++) {
-            d[l] = l < n ? nb[a0 + l].d : 0;
-            fc[l] = l < n ? 0.25 * cutoff_fn(d[l], p->Rcr) : 0;
-        }
-        const VD dv = NNP_FN(vload)(d), fcv = NNP_FN(vload)(fc);
-        for (int32_t e = 0; e < p->nEtaR; e++)
-            for (int32_t s = 0; s < p->nShfR; s++) {
-                const VD x = dv - p->ShfR[s];
-                NNP_FN(vstore)(tbuf + (size_t)(e * p->nShfR + s) * VW, NNP_FN(vexp)(-p->EtaR[e] * x * x) * fcv);
-            }
-        for (int l = 0; l < n; l++) {
-            double* out = aev + plan->elements[nb[a0 + l].j] * ani->radial_sub;
-            for (int32_t t = 0; t < ani->radial_sub; t++) out[t] += tbuf[(size_t)t * VW + l];
-        }
-    }
-    /* angular: pairs as lanes */
-    double fc[NNP_FC_CACHE], dfc[NNP_FC_CACHE];
-    NNP_FN(angular_cutoffs)(p, nb, nn, fc, dfc);
-    const NNP_FN(factors) F = NNP_FN(factors_in)(p, ab->vectors);
-    NNP_FN(pair_lanes) P;
-    P.n = 0;
-    for (int32_t a = 0; a < nn; a++) {
-        if (nb[a].d > p->Rca) continue;
-        for (int32_t b = a + 1; b < nn; b++) {
-            if (nb[b].d > p->Rca) continue;
-            NNP_FN(pair_push)(&P, nb, a, b, fc, dfc, p->Rca);
-            if (P.n == VW) NNP_FN(angular_flush)(ani, plan, nb, fast, &P, F, tbuf, aev);
-        }
-    }
-    if (P.n > 0) NNP_FN(angular_flush)(ani, plan, nb, fast, &P, F, tbuf, aev);
-}
-
 /* The lanes' pairs backward: dE/dr of their neighbours and of atom i into local, each pair in turn. */
 ATTR static void NNP_FN(angular_flush_backward)(const nnp_ani* ani, const nnp_plan* plan, const nnp_neighbor* nb, const angular_fast* fast,
                                                 NNP_FN(pair_lanes) * P, NNP_FN(factors) F, double* wbuf, const double* g, double* local) {
@@ -199,6 +155,66 @@ ATTR static void NNP_FN(angular_flush_backward)(const nnp_ani* ani, const nnp_pl
     P->n = 0;
 }
 
+/* The lanes' pairs: their terms added to aev (g NULL), or with g = dE/dAEV their dE/dr to local. */
+ATTR static inline __attribute__((always_inline)) void NNP_FN(angular_run)(const nnp_ani* ani, const nnp_plan* plan, const nnp_neighbor* nb,
+                                                                           const angular_fast* fast, NNP_FN(pair_lanes) * P,
+                                                                           NNP_FN(factors) F, double* buf, const double* g, double* aev,
+                                                                           double* local) {
+    if (g) NNP_FN(angular_flush_backward)(ani, plan, nb, fast, P, F, buf, g, local);
+    else NNP_FN(angular_flush)(ani, plan, nb, fast, P, F, buf, aev);
+}
+
+/* Atom i's angular pairs (neighbours a < b of nb, both within Rca) in cpu.c's order, VW at a time
+   (angular_run). */
+ATTR static void NNP_FN(angular_pairs)(const nnp_ani* ani, const nnp_plan* plan, const nnp_neighbor* nb, int32_t nn,
+                                       const angular_fast* fast, const aev_buffers* ab, const double* g, double* aev, double* local) {
+    const nnp_aev_params* p = &ani->aev;
+    double fc[NNP_FC_CACHE], dfc[NNP_FC_CACHE];
+    NNP_FN(angular_cutoffs)(p, nb, nn, fc, dfc);
+    const NNP_FN(factors) F = NNP_FN(factors_in)(p, ab->vectors);
+    NNP_FN(pair_lanes) P;
+    P.n = 0;
+    for (int32_t a = 0; a < nn; a++) {
+        if (nb[a].d > p->Rca) continue;
+        for (int32_t b = a + 1; b < nn; b++) {
+            if (nb[b].d > p->Rca) continue;
+            NNP_FN(pair_push)(&P, nb, a, b, fc, dfc, p->Rca);
+            if (P.n == VW) NNP_FN(angular_run)(ani, plan, nb, fast, &P, F, ab->terms, g, aev, local);
+        }
+    }
+    if (P.n > 0) NNP_FN(angular_run)(ani, plan, nb, fast, &P, F, ab->terms, g, aev, local);
+}
+
+/* AEV of atom i in the float32 evaluation (aev zeroed by the caller; ab: the workspace's buffers). */
+ATTR static void NNP_FN(compute_aev_fast)(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl, const angular_fast* fast,
+                                          int32_t i, double* aev, const aev_buffers* ab) {
+    const nnp_ani* ani = nnp_ani_of(model);
+    const nnp_aev_params* p = &ani->aev;
+    const nnp_neighbor* nb = &nl->items[nl->start[i]];
+    const int32_t nn = nl->start[i + 1] - nl->start[i];
+    double* tbuf = ab->terms;
+    /* radial: neighbours as lanes */
+    for (int32_t a0 = 0; a0 < nn; a0 += VW) {
+        const int n = nn - a0 < VW ? nn - a0 : VW;
+        double d[VW], fc[VW];
+        for (int l = 0; l < VW; l++) {
+            d[l] = l < n ? nb[a0 + l].d : 0;
+            fc[l] = l < n ? 0.25 * cutoff_fn(d[l], p->Rcr) : 0;
+        }
+        const VD dv = NNP_FN(vload)(d), fcv = NNP_FN(vload)(fc);
+        for (int32_t e = 0; e < p->nEtaR; e++)
+            for (int32_t s = 0; s < p->nShfR; s++) {
+                const VD x = dv - p->ShfR[s];
+                NNP_FN(vstore)(tbuf + (size_t)(e * p->nShfR + s) * VW, NNP_FN(vexp)(-p->EtaR[e] * x * x) * fcv);
+            }
+        for (int l = 0; l < n; l++) {
+            double* out = aev + plan->elements[nb[a0 + l].j] * ani->radial_sub;
+            for (int32_t t = 0; t < ani->radial_sub; t++) out[t] += tbuf[(size_t)t * VW + l];
+        }
+    }
+    NNP_FN(angular_pairs)(ani, plan, nb, nn, fast, ab, NULL, aev, NULL); /* angular: pairs as lanes */
+}
+
 /* dE/dr of atom i's AEV in the float32 evaluation, given g = dE/dAEV (as aev_backward). */
 ATTR static void NNP_FN(aev_backward_fast)(const nnp_model* model, const nnp_plan* plan, const nnp_neighbors* nl, const angular_fast* fast,
                                            int32_t i, const double* g, double* local, const aev_buffers* ab) {
@@ -235,21 +251,7 @@ ATTR static void NNP_FN(aev_backward_fast)(const nnp_model* model, const nnp_pla
                 local[k] -= f;
             }
     }
-    /* angular: pairs as lanes */
-    double fc[NNP_FC_CACHE], dfc[NNP_FC_CACHE];
-    NNP_FN(angular_cutoffs)(p, nb, nn, fc, dfc);
-    const NNP_FN(factors) F = NNP_FN(factors_in)(p, ab->vectors);
-    NNP_FN(pair_lanes) P;
-    P.n = 0;
-    for (int32_t a = 0; a < nn; a++) {
-        if (nb[a].d > p->Rca) continue;
-        for (int32_t b = a + 1; b < nn; b++) {
-            if (nb[b].d > p->Rca) continue;
-            NNP_FN(pair_push)(&P, nb, a, b, fc, dfc, p->Rca);
-            if (P.n == VW) NNP_FN(angular_flush_backward)(ani, plan, nb, fast, &P, F, wbuf, g, local);
-        }
-    }
-    if (P.n > 0) NNP_FN(angular_flush_backward)(ani, plan, nb, fast, &P, F, wbuf, g, local);
+    NNP_FN(angular_pairs)(ani, plan, nb, nn, fast, ab, g, NULL, local); /* angular: pairs as lanes */
 }
 
 #undef VD
