@@ -576,8 +576,9 @@ static nnp_status alloc_workspace(const nnp_model* model, workspace* ws) {
          (ws->daevf = calloc(1, fbytes)) != NULL;
     const nnp_aev_params* p = &ani->aev;
     const size_t sub = (size_t)(ani->radial_sub > ani->angular_sub ? ani->radial_sub : ani->angular_sub);
-    const size_t vbytes = ((size_t)2 * (p->nZeta * p->nShfZ + p->nEtaA * p->nShfA) * AEV_LANES * sizeof(double) + 63) / 64 * 64;
-    ok = ok && (ws->aevb.terms = calloc(sub * AEV_LANES, sizeof(double))) != NULL &&
+    /* + 1: never a request of 0 bytes (a model without angular terms), which may return NULL */
+    const size_t vbytes = ((size_t)2 * (p->nZeta * p->nShfZ + p->nEtaA * p->nShfA) * AEV_LANES * sizeof(double) + 1 + 63) / 64 * 64;
+    ok = ok && (ws->aevb.terms = calloc(sub * AEV_LANES + 1, sizeof(double))) != NULL &&
          (ws->aevb.vectors = aligned_alloc(64, vbytes)) != NULL;
     if (!ok) {
         free_workspace(ws);
