@@ -18,30 +18,11 @@ static double now(void) {
 
 int main(int argc, char** argv) {
     const int count = argc > 1 ? atoi(argv[1]) : 8;
-    nnp_model* model = NULL;
-    if (argc > 2) {
-        if (nnp_model_load(argv[2], &model) != NNP_OK) return fprintf(stderr, "%s\n", nnp_last_error()), 1;
-    } else {
-        model = load_model_or_die("models/ani-model-zoo/ani-2x_8x.info");
-    }
+    nnp_model* model = argc > 2 ? load_model_file_or_die(argv[2]) : load_model_or_die("models/ani-model-zoo/ani-2x_8x.info");
     int32_t n = 0, nb = 0, *z = NULL, *batch = NULL;
     double* pos = NULL;
-    for (int k = 1; nb < count && k < 10000; k++) {
-        char rel[64];
-        snprintf(rel, sizeof rel, "molecules/druglike/drugbank-%04d.xyz", k);
-        FILE* f = fopen(shared_path(rel), "r");
-        if (f == NULL) continue;
-        fclose(f);
-        molecule m = read_molecule_or_die(rel);
-        z = realloc(z, sizeof(int32_t) * (n + m.n)), batch = realloc(batch, sizeof(int32_t) * (n + m.n));
-        pos = realloc(pos, sizeof(double) * 3 * (n + m.n));
-        for (int32_t a = 0; a < m.n; a++) {
-            z[n + a] = m.z[a], batch[n + a] = nb;
-            for (int c = 0; c < 3; c++) pos[3 * (n + a) + c] = m.pos[3 * a + c];
-        }
-        n += m.n, nb++;
-        free_molecule(&m);
-    }
+    for (int k = 1; nb < count && k < 10000; k++)
+        if (append_druglike(k, nb, 0, &n, &z, &batch, &pos) > 0) nb++;
     static const char* const names[] = {"float32, auto", "float32, baseline", "float32, AVX2", "float32, AVX-512F"};
     double *f = malloc(sizeof(double) * 3 * n), *f_base = malloc(sizeof(double) * 3 * n), e_base = 0;
     printf("%d molecules, %d atoms, %s, all threads, energy and forces:\n", nb, n, nnp_model_name(model));

@@ -23,29 +23,8 @@ static NNP_TEST_UNUSED void free_system(system_t* s) { free(s->z), free(s->batch
    cycling −1, 0, +1 when `charged`. With `exotic`, some atoms become B, Si, P, Br and I. */
 static NNP_TEST_UNUSED system_t make_system(const char* name, int first, int count, int charged, int exotic) {
     system_t s = {name, 0, 0, NULL, NULL, NULL, NULL, {0}, 0, 0};
-    int cap = 0;
-    for (int k = first; s.n_batches < count && k < first + 4000; k++) {
-        char rel[64];
-        snprintf(rel, sizeof rel, "molecules/druglike/drugbank-%04d.xyz", k);
-        FILE* f = fopen(shared_path(rel), "r");
-        if (f == NULL) continue;
-        fclose(f);
-        molecule m = read_molecule_or_die(rel);
-        if (s.n + m.n > cap) {
-            cap = 2 * (s.n + m.n);
-            s.z = realloc(s.z, sizeof(int32_t) * cap);
-            s.batch = realloc(s.batch, sizeof(int32_t) * cap);
-            s.pos = realloc(s.pos, sizeof(double) * 3 * cap);
-        }
-        for (int32_t a = 0; a < m.n; a++) {
-            s.z[s.n + a] = m.z[a];
-            s.batch[s.n + a] = s.n_batches;
-            for (int c = 0; c < 3; c++) s.pos[3 * (s.n + a) + c] = m.pos[3 * a + c] + (c == 0 ? 30.0 * s.n_batches : 0.0);
-        }
-        s.n += m.n;
-        s.n_batches++;
-        free_molecule(&m);
-    }
+    for (int k = first; s.n_batches < count && k < first + 4000; k++)
+        if (append_druglike(k, s.n_batches, 30.0 * s.n_batches, &s.n, &s.z, &s.batch, &s.pos) > 0) s.n_batches++;
     s.charge = calloc((size_t)s.n_batches + 1, sizeof(int32_t));
     for (int b = 0; charged && b < s.n_batches; b++) s.charge[b] = b % 3 - 1;
     if (exotic) {

@@ -94,6 +94,16 @@ static NNP_TEST_UNUSED nnp_model* load_model_or_die(const char* rel) {
     return model;
 }
 
+/* A model file by its path (a test's argument), or exit 1 saying why. */
+static NNP_TEST_UNUSED nnp_model* load_model_file_or_die(const char* path) {
+    nnp_model* model = NULL;
+    if (nnp_model_load(path, &model) != NNP_OK) {
+        fprintf(stderr, "cannot load %s: %s\n", path, nnp_last_error());
+        exit(1);
+    }
+    return model;
+}
+
 typedef struct molecule {
     int32_t n;
     int32_t* z;
@@ -113,6 +123,29 @@ static NNP_TEST_UNUSED molecule read_molecule_or_die(const char* rel) {
 static NNP_TEST_UNUSED void free_molecule(molecule* m) {
     nnp_free(m->z);
     nnp_free(m->pos);
+}
+
+/* Appends drug-like molecule number k (molecules/druglike/drugbank-NNNN.xyz) to z, batch and pos
+   (reallocated; *n atoms so far), its atoms in batch b and moved by dx along x; returns its atom
+   count, or 0 where the set has no molecule of that number. */
+static NNP_TEST_UNUSED int32_t append_druglike(int k, int32_t b, double dx, int32_t* n, int32_t** z, int32_t** batch, double** pos) {
+    char rel[64];
+    snprintf(rel, sizeof rel, "molecules/druglike/drugbank-%04d.xyz", k);
+    FILE* f = fopen(shared_path(rel), "r");
+    if (f == NULL) return 0;
+    fclose(f);
+    molecule m = read_molecule_or_die(rel);
+    const size_t total = (size_t)*n + (size_t)m.n;
+    *z = realloc(*z, sizeof(int32_t) * total), *batch = realloc(*batch, sizeof(int32_t) * total);
+    *pos = realloc(*pos, sizeof(double) * 3 * total);
+    for (int32_t a = 0; a < m.n; a++) {
+        (*z)[*n + a] = m.z[a], (*batch)[*n + a] = b;
+        for (int c = 0; c < 3; c++) (*pos)[3 * (*n + a) + c] = c == 0 && dx != 0 ? m.pos[3 * a + c] + dx : m.pos[3 * a + c];
+    }
+    *n += m.n;
+    const int32_t added = m.n;
+    free_molecule(&m);
+    return added;
 }
 
 /* One batch holding the given atoms; returns the energy (plan's units); forces may be NULL. */

@@ -25,23 +25,10 @@ static void check_model(const char* rel_model, int every_element) {
     int32_t n = 0, *z = NULL, *batch = NULL;
     double* pos = NULL;
     for (int k = 1; k <= NMOL; k++) {
-        char rel[64];
-        snprintf(rel, sizeof rel, "molecules/druglike/drugbank-%04d.xyz", k);
-        FILE* f = fopen(shared_path(rel), "r");
-        if (f == NULL) continue;
-        fclose(f);
-        molecule m = read_molecule_or_die(rel);
-        z = realloc(z, sizeof(int32_t) * (n + m.n)), batch = realloc(batch, sizeof(int32_t) * (n + m.n));
-        pos = realloc(pos, sizeof(double) * 3 * (n + m.n));
+        const int32_t added = append_druglike(k, k - 1, 0, &n, &z, &batch, &pos);
         int swapped = 0;
-        for (int32_t a = 0; a < m.n; a++) {
-            z[n + a] = m.z[a];
-            if (every_element && k % 3 == 0 && m.z[a] == 1 && swapped < 3) z[n + a] = (int32_t[]){9, 16, 17}[swapped++]; /* every element */
-            batch[n + a] = k - 1;
-            for (int c = 0; c < 3; c++) pos[3 * (n + a) + c] = m.pos[3 * a + c];
-        }
-        n += m.n;
-        free_molecule(&m);
+        for (int32_t a = n - added; a < n; a++) /* every element */
+            if (every_element && k % 3 == 0 && z[a] == 1 && swapped < 3) z[a] = (int32_t[]){9, 16, 17}[swapped++];
     }
     const int32_t nb = NMOL;
     const nnp_cpu_simd widest = nnp_cpu_simd_available();

@@ -73,29 +73,8 @@ static system_t make_system(void) {
    atoms of each element to exercise the many-row GEMM path. */
 static system_t make_large_system(int count) {
     system_t s = {0, 0, NULL, NULL, NULL};
-    int cap = 0;
-    for (int k = 1; s.n_batches < count && k < 2000; k++) {
-        char rel[64];
-        snprintf(rel, sizeof rel, "molecules/druglike/drugbank-%04d.xyz", k);
-        FILE* f = fopen(shared_path(rel), "r");
-        if (f == NULL) continue;
-        fclose(f);
-        molecule m = read_molecule_or_die(rel);
-        if (s.n + m.n > cap) {
-            cap = 2 * (s.n + m.n);
-            s.z = realloc(s.z, sizeof(int32_t) * cap);
-            s.batch = realloc(s.batch, sizeof(int32_t) * cap);
-            s.pos = realloc(s.pos, sizeof(double) * 3 * cap);
-        }
-        for (int32_t a = 0; a < m.n; a++) {
-            s.z[s.n + a] = m.z[a];
-            s.batch[s.n + a] = s.n_batches;
-            memcpy(&s.pos[3 * (s.n + a)], &m.pos[3 * a], 3 * sizeof(double));
-        }
-        s.n += m.n;
-        s.n_batches++;
-        free_molecule(&m);
-    }
+    for (int k = 1; s.n_batches < count && k < 2000; k++)
+        if (append_druglike(k, s.n_batches, 0, &s.n, &s.z, &s.batch, &s.pos) > 0) s.n_batches++;
     return s;
 }
 

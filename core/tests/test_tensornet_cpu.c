@@ -121,11 +121,7 @@ int main(int argc, char** argv) {
     }
     fclose(first);
     for (int a = 1; a < argc; a++) {
-        nnp_model* model = NULL;
-        if (nnp_model_load(argv[a], &model) != NNP_OK) {
-            fprintf(stderr, "cannot load %s: %s\n", argv[a], nnp_last_error());
-            return 1;
-        }
+        nnp_model* model = load_model_file_or_die(argv[a]);
         const char* name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
         CHECK(strcmp(nnp_model_family_name(model), "tensornet") == 0);
         system_t sys[N_SYSTEMS];
