@@ -13,10 +13,12 @@ import time
 # NumPy's OpenBLAS threads would spin on the cores being timed (nothing here needs BLAS threads)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
-import openmm  # noqa: E402
 import openmm.unit as u  # noqa: E402
 
 import openmmnnp  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu_platform import time_cpu_platform  # noqa: E402
 
 
 def main():
@@ -47,24 +49,7 @@ def main():
         ani = None
         print(f"TorchANI: skipped ({type(e).__name__}: {e})")
     for k in a.copies:
-        system = openmm.System()
-        force = openmmnnp.NNPForce(a.model)
-        positions = []
-        for c in range(k):
-            for i, zi in enumerate(z):
-                force.addAtom(system.addParticle(1.0), zi, c)
-                positions.append(openmm.Vec3(*(xyz[i] / 10 + [3.0 * c, 0, 0])))
-        system.addForce(force)
-        context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("CPU"),
-                                 {"Threads": str(a.threads)})
-        context.setPositions(positions)
-        context.getState(getForces=True)
-        t = time.perf_counter()
-        for _ in range(a.calls):
-            context.setPositions(positions)
-            state = context.getState(getForces=True, getEnergy=True)
-        plugin = (time.perf_counter() - t) / a.calls * 1e6
-        e_plugin = state.getPotentialEnergy().value_in_unit(u.kilojoule_per_mole) / k
+        plugin, e_plugin = time_cpu_platform(a.model, z, xyz, [[30.0 * c, 0, 0] for c in range(k)], a.threads, a.calls)
         line = f"{k:4d} x {len(z)} atoms: plugin CPU platform {plugin:10.0f} µs (E/copy {e_plugin:.4f} kJ/mol)"
         if ani is not None:
             species = torch.tensor([z] * k)

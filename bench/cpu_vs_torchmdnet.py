@@ -16,13 +16,13 @@ import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
-import openmm  # noqa: E402
 import openmm.unit as u  # noqa: E402
 
 import openmmnnp  # noqa: E402
 from openmmnnp import torchmdnet as converter  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu_platform import time_cpu_platform  # noqa: E402
 from make_tensornet_model import checkpoint  # noqa: E402
 
 EV = 96.48533212331002  # kJ/mol per eV
@@ -63,25 +63,8 @@ def main():
     except ImportError as e:
         print(f"torchmd-net: skipped ({e})")
     for k in a.copies:
-        system = openmm.System()
-        force = openmmnnp.NNPForce(model_path)
-        positions = []
         offsets = np.array([[30.0 * (c % 10), 30.0 * (c // 10 % 10), 30.0 * (c // 100)] for c in range(k)])
-        for c in range(k):
-            for i, zi in enumerate(z):
-                force.addAtom(system.addParticle(1.0), zi, c)
-                positions.append(openmm.Vec3(*((xyz[i] + offsets[c]) / 10)))
-        system.addForce(force)
-        context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("CPU"),
-                                 {"Threads": str(a.threads)})
-        context.setPositions(positions)
-        context.getState(getForces=True)
-        t = time.perf_counter()
-        for _ in range(a.calls):
-            context.setPositions(positions)
-            state = context.getState(getForces=True, getEnergy=True)
-        plugin = (time.perf_counter() - t) / a.calls * 1e6
-        e_plugin = state.getPotentialEnergy().value_in_unit(u.kilojoule_per_mole) / k
+        plugin, e_plugin = time_cpu_platform(model_path, z, xyz, offsets, a.threads, a.calls)
         line = f"{k:4d} x {len(z)} atoms: plugin CPU platform {plugin:10.0f} µs (E/copy {e_plugin:.4f} kJ/mol)"
         if tmd is not None:
             calc = External(tmd, torch.tensor([z] * k, dtype=torch.long), device="cpu")
