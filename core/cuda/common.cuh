@@ -69,6 +69,31 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 __device__ __forceinline__ void pdl_start() { pdl_wait(), pdl_trigger(); }
 
+/* Launches a kernel, as a programmatic dependent launch when pdl is set (see pdl_wait), in
+   thread-block clusters of cluster_z blocks along z where that is more than 1. */
+template <typename... KArgs, typename... Args>
+static void launch_kc(bool pdl, unsigned cluster_z, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args... args) {
+    cudaLaunchAttribute attr[2] = {};
+    unsigned n = 0;
+    if (pdl) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_z > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = 1, attr[n].val.clusterDim.y = 1, attr[n++].val.clusterDim.z = cluster_z;
+    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
+    config.attrs = attr, config.numAttrs = n;
+    cudaLaunchKernelEx(&config, kernel, args...);
+}
+template <typename... KArgs, typename... Args>
+static void launch_k(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+    launch_kc(pdl, 1, kernel, grid, block, smem, stream, args...);
+}
+
 __host__ __device__ static inline size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
 /* Driver API functions, found through the runtime (so libnnp needs no libcuda at load time and

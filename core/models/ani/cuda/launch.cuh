@@ -16,31 +16,6 @@
 #include "finish.cuh"
 #include "aev_backward.cuh"
 
-/* Launches a kernel, as a programmatic dependent launch when pdl is set (see pdl_wait), in
-   thread-block clusters of cluster_z blocks along z where that is more than 1. */
-template <typename... KArgs, typename... Args>
-static void launch_kc(bool pdl, unsigned cluster_z, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      Args... args) {
-    cudaLaunchAttribute attr[2] = {};
-    unsigned n = 0;
-    if (pdl) {
-        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[n++].val.programmaticStreamSerializationAllowed = 1;
-    }
-    if (cluster_z > 1) {
-        attr[n].id = cudaLaunchAttributeClusterDimension;
-        attr[n].val.clusterDim.x = 1, attr[n].val.clusterDim.y = 1, attr[n++].val.clusterDim.z = cluster_z;
-    }
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
-    config.attrs = attr, config.numAttrs = n;
-    cudaLaunchKernelEx(&config, kernel, args...);
-}
-template <typename... KArgs, typename... Args>
-static void launch_k(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
-    launch_kc(pdl, 1, kernel, grid, block, smem, stream, args...);
-}
-
 /* A launch on k_gemm_big_h: with presplit activations, k_presplit first, and 64-row tiles where the
    plan chose them (middle row counts: twice the blocks, each with half the rows). */
 template <int EPI, int MI> static void big_h_pre(const GemmJob<float>* jobs, const GemmLaunch& g, cudaStream_t stream, bool pdl, const OutFuse& fuse) {

@@ -13,20 +13,24 @@
  *   per member: the embedding (k_tn_embed: edge sum, parts, norm MLP; the channel linear elt;
  *               k_tn_x0), each interaction layer (its first channel linear: Y; k_tn_layer_b:
  *               messages, the product; its second channel linear; k_tn_update), the output
- *               (k_tn_out: energy per atom, and dE/dX), then with forces the layers backward
- *               (k_tn_bt; per layer the second linear's backward, k_tn_b1: dE/dM, dE/dY, each edge's
- *               dE/dd; k_tn_b2: dE/dY gathered over the edges, no atomics; the first linear's
- *               backward; k_tn_bx: dE/dX of the layer's input), the embedding backward (k_tn_eb1,
- *               elt's backward, k_tn_eb2: dE/dd, dE/du of every edge) and the forces
- *               (k_tn_edge_forces, k_tn_gather: per atom, in double, no atomics), then once the
- *               forces to the caller (k_tn_forces_out)
+ *               (k_tn_out: energy per atom, and dE/dX; k_tn_out_b also the last layer's update
+ *               backward), then with forces the layers backward (per layer the second linear's
+ *               backward, k_tn_b1: dE/dM, dE/dY, each edge's dE/dd; k_tn_b2: dE/dY gathered over the
+ *               edges, no atomics; the first linear's backward; k_tn_bx: dE/dX of the layer's input,
+ *               and for layer 0 the embedding backward's first step, else k_tn_eb1), the embedding
+ *               backward (elt's backward, k_tn_eb2: dE/dd, dE/du of every edge) and the forces
+ *               (k_tn_gather: per atom, in double, no atomics; the last member's to the caller)
  *   finish      per-batch energies in a fixed order, the total, error flags to mapped host memory
- * The channel linears (W_I, W_A, W_S on the irreducible parts) are GEMMs over all atoms (k_tn_chan);
+ * The channel linears (W_I, W_A, W_S on the irreducible parts) are GEMMs over all atoms (k_tn_chan*);
  * the per-atom kernels run one block of TN_THREADS threads per atom, threads over the F channels,
- * each thread summing its channels over the edges in registers; the per-channel steps between two
- * linears run one thread per atom channel. Every sum is formed in a fixed order, so the same inputs
- * give the same bits. Inside stream capture nothing is allocated, copied from the host,
- * synchronised or loaded.
+ * each thread summing its channels over the edges in registers; with the tables and few atoms (fewer
+ * than TN_BLOCKS_PER_SM blocks per SM), the per-edge kernels run up to TN_EDGE_GROUPS blocks per
+ * atom, each every G-th edge, and the last block of an atom adds the groups' sums in group order
+ * (group_sum); the per-channel steps after a linear (k_tn_x0, k_tn_update, k_tn_bx) run one thread
+ * per atom channel, or for few atoms inside the linear (k_tn_chan_fused). Every kernel but the
+ * first is a programmatic dependent launch (TN_PDL; pdl_start at its top), and no memset lies
+ * between them. Every sum is formed in a fixed order, so the same inputs give the same bits. Inside
+ * stream capture nothing is allocated, copied from the host, synchronised or loaded.
  */
 #include "../../../cuda/positions.cuh"
 #include "../tensornet.h"
@@ -39,10 +43,17 @@
 #define TN_NBR_WARPS 4             /* atoms per block of the neighbour search */
 #define TN_CUDA_MAX_NEIGHBORS 1024 /* neighbour slots per atom at most */
 #define TN_TABLE_POINTS 2048       /* float32: grid points of the radial tables over [d0, cutoff_upper] (see RadialTable) */
+#define TN_TABLE_QUINTIC 0         /* the tables' values by quintic (1: 6 reads) or cubic (0: 4 reads) Hermite interpolation */
 #define TN_GEMM_K 32               /* k_tn_chan: the reduction's chunk through shared memory (a multiple of 4) */
 #define TN_GEMM_WIDE_ATOMS 2048    /* k_tn_chan: from this many atoms, 8 atoms per block (2 per warp), else 4 */
 #define TN_EDGE_CHUNK 64           /* per-edge block sums gathered per chunk of this many edges */
 #define TN_EW_THREADS 128          /* threads per block of the per-channel kernels */
+#define TN_CHAN_SMALL_ATOMS 256    /* float32 channel linears: up to this many atoms by k_tn_chan_small, else k_tn_chan_tc */
+#define TN_ROWS_SMALL_ATOMS 64     /* per-atom MLP layers: up to this many atoms by k_tn_rows_small (all of k at once) */
+#define TN_CHAN_FUSED_ATOMS 256    /* channel linears and the per-channel steps after them: up to this many atoms in one launch (k_tn_chan_fused) */
+#define TN_PDL 1                   /* programmatic dependent launches: each kernel of an evaluation but the first launches while its predecessor drains */
+#define TN_EDGE_GROUPS 8           /* the per-atom edge kernels (tables): at most this many blocks per atom, each every G-th edge */
+#define TN_BLOCKS_PER_SM 2         /* ... as many as give the GPU this many blocks per SM (few atoms) */
 
 #define TN_NI 10 /* irreducible components per channel: I (1), A (3), S (6) */
 /* The part (0: I, 1: A, 2: S) of component c; a constant where loops over c unroll. */
@@ -81,14 +92,16 @@ template <typename real> struct TnLayer {
  * rbf(d)))) · C(d) and the embedding's factors dp_q(rbf(d)) · C(d) (q = 1, 2, 3) are 3F functions of
  * the distance alone. They are tabulated once per plan, exactly in double (k_tn_table_layer,
  * k_tn_table_embed), with their first and second derivatives, at TN_TABLE_POINTS points
- * d_g = d0 + g h over [d0, cutoff_upper] (d0 = cutoff_lower, or 0), and read by quintic Hermite
- * interpolation of the values and cubic Hermite interpolation of the derivatives (from the slopes and
- * curvatures: the quintic's own derivative would divide the difference of two float32-rounded values
- * by h, which measured 2e-5 off in the forces): per edge 6 · 3F table reads instead of the 8F²
- * multiply-adds of the filter network, forward and backward. Row g holds the 3F values, the 3F derivatives, the 3F second derivatives. Below d0
- * (the self loop where cutoff_lower > 0) every factor is 0. The interpolation error is O(h⁶) in the
- * values and O(h⁴) in the derivatives, against features as narrow as 0.06 Å (32 functions over
- * 5 Å); test_tensornet_cuda measures the total against the CPU.
+ * d_g = d0 + g h over [d0, cutoff_upper] (d0 = cutoff_lower, or 0), and read by cubic Hermite
+ * interpolation: the values from the values and slopes (TN_TABLE_QUINTIC: quintic, with the
+ * curvatures too), the derivatives from the slopes and curvatures (the values' own derivative would
+ * divide the difference of two float32-rounded values by h, which measured 2e-5 off in the forces):
+ * per edge 4 · 3F table reads (values or derivatives; 6 · 3F for both) instead of the 8F²
+ * multiply-adds of the filter network, forward and backward. Row g holds the 3F values, the 3F
+ * derivatives, the 3F second derivatives. Below d0 (the self loop where cutoff_lower > 0) every
+ * factor is 0. The interpolation error is O(h⁴), about (h/w)⁴/384 relative for features of width w:
+ * below float32's rounding for features as narrow as 0.06 Å (32 functions over 5 Å, h = 2.4e-3 Å);
+ * test_tensornet_cuda measures the total against the CPU.
  */
 struct RadialPoint {
     int g;          /* interval [d_g, d_g+1], or -1: below d0 */
@@ -117,18 +130,38 @@ __device__ __forceinline__ real radial_value(const real* __restrict__ T, int F3,
     }
     const real* r0 = T + (size_t)p.g * 3 * F3;
     const real* r1 = r0 + 3 * F3;
-    const real h = (real)p.h, s = (real)p.s, s2 = s * s, s3 = s2 * s, s4 = s3 * s, s5 = s4 * s;
-    const real f0 = r0[k], d0 = r0[F3 + k] * h, c0 = r0[2 * F3 + k] * h * h;
-    const real f1 = r1[k], d1 = r1[F3 + k] * h, c1 = r1[2 * F3 + k] * h * h;
+    const real h = (real)p.h, s = (real)p.s, s2 = s * s, s3 = s2 * s;
+    const real f0 = r0[k], d0 = r0[F3 + k] * h;
+    const real f1 = r1[k], d1 = r1[F3 + k] * h;
+    if (dv) { /* the derivative by cubic Hermite from the slopes and curvatures: the value's own
+                 derivative divides the difference of two rounded values by h (float32: 2e-5 off) */
+        const real c0 = r0[2 * F3 + k] * h * h, c1 = r1[2 * F3 + k] * h * h;
+        *dv = ((real(2) * s3 - real(3) * s2 + real(1)) * d0 + (s3 - real(2) * s2 + s) * c0 + (real(3) * s2 - real(2) * s3) * d1 +
+               (s3 - s2) * c1) / h;
+    }
+#if TN_TABLE_QUINTIC
+    const real s4 = s3 * s, s5 = s4 * s;
+    const real c0 = r0[2 * F3 + k] * h * h, c1 = r1[2 * F3 + k] * h * h;
     /* quintic Hermite basis: values, slopes (× h) and curvatures (× h²) at both ends */
     const real H0 = real(1) - real(10) * s3 + real(15) * s4 - real(6) * s5, H5 = real(1) - H0;
     const real H1 = s - real(6) * s3 + real(8) * s4 - real(3) * s5, H4 = real(-4) * s3 + real(7) * s4 - real(3) * s5;
     const real H2 = real(0.5) * (s2 - real(3) * s3 + real(3) * s4 - s5), H3 = real(0.5) * (s3 - real(2) * s4 + s5);
-    if (dv) /* the derivative by cubic Hermite from the slopes and curvatures: the quintic's own
-               derivative divides the difference of two rounded values by h (float32: 2e-5 off) */
-        *dv = ((real(2) * s3 - real(3) * s2 + real(1)) * d0 + (s3 - real(2) * s2 + s) * c0 + (real(3) * s2 - real(2) * s3) * d1 +
-               (s3 - s2) * c1) / h;
     return H0 * f0 + H5 * f1 + H1 * d0 + H2 * c0 + H3 * c1 + H4 * d1;
+#else
+    /* cubic Hermite from the values and slopes (× h) at both ends: 4 reads instead of 6 */
+    const real H01 = real(3) * s2 - real(2) * s3;
+    return (real(1) - H01) * f0 + H01 * f1 + (s3 - real(2) * s2 + s) * d0 + (s3 - s2) * d1;
+#endif
+}
+/* Factor k's derivative d/dd alone (as radial_value's): the slopes and curvatures, 4 reads. */
+template <typename real> __device__ __forceinline__ real radial_deriv(const real* __restrict__ T, int F3, const RadialPoint& p, int k) {
+    if (p.g < 0) return 0;
+    const real* r0 = T + (size_t)p.g * 3 * F3;
+    const real* r1 = r0 + 3 * F3;
+    const real h = (real)p.h, s = (real)p.s, s2 = s * s, s3 = s2 * s;
+    const real d0 = r0[F3 + k] * h, d1 = r1[F3 + k] * h, c0 = r0[2 * F3 + k] * h * h, c1 = r1[2 * F3 + k] * h * h;
+    return ((real(2) * s3 - real(3) * s2 + real(1)) * d0 + (s3 - real(2) * s2 + s) * c0 + (real(3) * s2 - real(2) * s3) * d1 + (s3 - s2) * c1) /
+           h;
 }
 
 /* The evaluation's buffers (device pointers). Edge e = i · (cap + 1) + s of atom i: s = 0 its self
@@ -145,11 +178,16 @@ template <typename real> struct TnBuf {
     real *hpre, *hact, *gA, *gB; /* the head's pre-activations and activations (layer k at n · offset_k),
                                     two gradients of up to n × wide */
     real *S1, *S2; /* 10F per atom: a channel linear's input and output */
+    real* S3;      /* 10F per atom: the per-channel steps' parts for the next channel linear (never its own input) */
     double* atom_e;
+    real* split;      /* edge groups > 1: each group's partial sums, gridDim.y × 10F per atom (group_sum) */
+    int* split_count; /* per atom: the groups done, back to 0 by the last (group_sum) */
 };
 
 /* ------------------------------------------------------------------ device helpers */
 
+__device__ __forceinline__ float fma_of(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double fma_of(double a, double b, double c) { return fma(a, b, c); }
 template <typename real> __device__ __forceinline__ real silu(real z) { return z / (real(1) + dexp(-z)); }
 template <typename real> __device__ __forceinline__ real silu_d(real z) {
     const real s = real(1) / (real(1) + dexp(-z));
@@ -484,9 +522,13 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_table_embed(const TnNet<doubl
 
 __global__ void k_tn_positions(const void* __restrict__ positions, int format, const int* __restrict__ index_of,
                                const int* __restrict__ particle, int n, double to_unit, nnp_double4* __restrict__ pos,
-                               int* __restrict__ force_index, int* __restrict__ flags) {
+                               int* __restrict__ force_index, int* __restrict__ flags, double* __restrict__ atom_e,
+                               double* __restrict__ force) {
+    pdl_start();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
+    atom_e[i] = 0; /* the members add to these (k_tn_out_e, k_tn_gather) */
+    if (force) force[3 * (size_t)i] = force[3 * (size_t)i + 1] = force[3 * (size_t)i + 2] = 0;
     int at;
     bool finite;
     pos[i] = load_position<double>(positions, format, index_of, particle[i], to_unit, &at, &finite);
@@ -499,6 +541,7 @@ __global__ void __launch_bounds__(32 * TN_NBR_WARPS)
     k_tn_neighbors(const nnp_double4* __restrict__ pos, const int* __restrict__ batch, const int* __restrict__ order,
                    const int* __restrict__ batch_start, int n, int cap, double rc2, Box<double> box, int* __restrict__ nbr_n,
                    int* __restrict__ nbr_j, nnp_double4* __restrict__ nbr_r, int* __restrict__ flags) {
+    pdl_start();
     const int i = blockIdx.x * TN_NBR_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (i >= n) return;
     const nnp_double4 ri = pos[i];
@@ -553,6 +596,7 @@ template <typename real> struct ChanW {
 };
 template <typename real, int AW>
 __global__ void __launch_bounds__(128) k_tn_chan(const ChanW<real> W, int F, const real* __restrict__ in, real* __restrict__ out, int n) {
+    pdl_start();
     typedef typename real4_of<real>::type real4;
     constexpr int GA = 4 * AW, K = TN_GEMM_K;
     __shared__ __align__(16) real xs[GA * TN_NI * K];
@@ -650,6 +694,7 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out, int n) {
+    pdl_start();
     constexpr int K = 32, AP = K + 4, BP = 32 + 8, NX = 64 * K / 128, NM = K * 32 / 128;
     __shared__ __align__(16) float as[64 * AP];
     __shared__ __align__(16) float bs[K * BP];
@@ -721,6 +766,52 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
 }
 
 /*
+ * float32, few atoms (TN_CHAN_SMALL_ATOMS, F <= 256): the channel linears in one round of loads. A block
+ * computes 16 rows of part p (blockIdx.z, as in k_tn_chan_tc) × 32 outputs over all of k: M_p's
+ * 32 columns (F × 32) and the 16 rows (16 × F) go to shared memory at once, then each lane sums one
+ * output for its warp's 4 rows in k order (fused multiply-adds), so the same inputs give the same
+ * bits. k_tn_chan_tc's chunked k pays one load latency per chunk of 32, which dominates for a
+ * molecule (9.4 µs per launch at 22 atoms).
+ */
+__global__ void __launch_bounds__(128) k_tn_chan_small(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out,
+                                                       int n) {
+    pdl_start();
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    float* ws = (float*)tn_smem; /* F × 32 */
+    float* xs = ws + (size_t)F * 32; /* 16 × F */
+    const int p = blockIdx.z, nc = p == 0 ? 1 : (p == 1 ? 3 : 6), c0 = p == 0 ? 0 : (p == 1 ? 1 : 4);
+    const int rows = n * nc, r0 = blockIdx.x * 16, o0 = blockIdx.y * 32;
+    if (r0 >= rows) return; /* the grid covers the largest part */
+    const float* M = p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2]);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t F10 = (size_t)TN_NI * F;
+    for (int q = threadIdx.x; q < F * 32; q += 128) {
+        const int k = q >> 5, o = o0 + (q & 31);
+        ws[q] = o < F ? M[(size_t)k * F + o] : 0.0f;
+    }
+    for (int q = threadIdx.x; q < 16 * F; q += 128) {
+        const int r = q / F, k = q - r * F, row = r0 + r;
+        xs[q] = row < rows ? in[(size_t)(row / nc) * F10 + (size_t)(c0 + row % nc) * F + k] : 0.0f;
+    }
+    __syncthreads();
+    float acc[4] = {0, 0, 0, 0};
+    const float* x0 = xs + (size_t)(4 * warp) * F;
+#pragma unroll 4
+    for (int k = 0; k < F; k++) {
+        const float w = ws[k * 32 + lane];
+#pragma unroll
+        for (int r = 0; r < 4; r++) acc[r] = fmaf(x0[(size_t)r * F + k], w, acc[r]);
+    }
+    const int o = o0 + lane;
+    if (o >= F) return;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const int row = r0 + 4 * warp + r;
+        if (row < rows) out[(size_t)(row / nc) * F10 + (size_t)(c0 + row % nc) * F + o] = acc[r];
+    }
+}
+
+/*
  * Dense layers of all atoms as one GEMM: z[a][o] = Σ_k in[a][k] M[k][o] (+ bias[o]) for rows a < n,
  * where M (kn × on, row-major) is a weight's transpose (forward: z = W x + b) or the weight itself
  * (backward: z = Wᵀ g), then by EPI: out = z; out = z and out2 = SiLU(z) (a layer and its
@@ -740,6 +831,7 @@ template <typename real> struct RowsIO {
     int ld_in, ld_out, ld_aux;
 };
 template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_rows(const RowsIO<real> io, int n) {
+    pdl_start();
     typedef typename real4_of<real>::type real4;
     constexpr int K = 32, RW = 4, NX = 16 * K / 128, NM = K * 32 / 128;
     __shared__ __align__(16) real xs[16 * K];
@@ -795,6 +887,48 @@ template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_ro
 #pragma unroll
     for (int r = 0; r < RW; r++) {
         const int a = r0 + warp * RW + r;
+        if (a >= n) continue;
+        const real z = acc[r] + (io.bias ? io.bias[o] : real(0));
+        if (EPI == TN_EPI_DSILU) {
+            io.out[(size_t)a * io.ld_out + o] = z * silu_d(io.aux[(size_t)a * io.ld_aux + o]);
+        } else {
+            io.out[(size_t)a * io.ld_out + o] = z;
+            if (EPI == TN_EPI_SILU) io.out2[(size_t)a * io.ld_out + o] = silu(z);
+        }
+    }
+}
+
+/* The same GEMM for few atoms (TN_ROWS_SMALL_ATOMS): M's 32 columns (kn × 32) and the block's 16 rows
+   (16 × kn) to shared memory in one round of loads, then each lane's sums in k order as k_tn_rows's
+   (the same bits); k_tn_rows pays one load latency per chunk of 32 k. */
+template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_rows_small(const RowsIO<real> io, int n) {
+    pdl_start();
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    real* ms = (real*)tn_smem;          /* kn × 32 */
+    real* xs = ms + (size_t)io.kn * 32; /* 16 × kn */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r0 = blockIdx.x * 16, o0 = blockIdx.y * 32, o = o0 + lane, kn = io.kn;
+    for (int q = threadIdx.x; q < kn * 32; q += 128) {
+        const int k = q >> 5, oq = o0 + (q & 31);
+        ms[q] = oq < io.on ? io.M[(size_t)k * io.on + oq] : real(0);
+    }
+    for (int q = threadIdx.x; q < 16 * kn; q += 128) {
+        const int r = q / kn, k = q - r * kn, a = r0 + r;
+        xs[q] = a < n ? io.in[(size_t)a * io.ld_in + k] : real(0);
+    }
+    __syncthreads();
+    real acc[4] = {0, 0, 0, 0};
+    const real* x0 = xs + (size_t)(4 * warp) * kn;
+#pragma unroll 4
+    for (int k = 0; k < kn; k++) {
+        const real w = ms[k * 32 + lane];
+#pragma unroll
+        for (int r = 0; r < 4; r++) acc[r] += w * x0[(size_t)r * kn + k];
+    }
+    if (o >= io.on) return;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const int a = r0 + 4 * warp + r;
         if (a >= n) continue;
         const real z = acc[r] + (io.bias ? io.bias[o] : real(0));
         if (EPI == TN_EPI_DSILU) {
@@ -891,11 +1025,40 @@ __device__ int edge_chunk(const TnNet<real>& N, const TnBuf<real>& b, int i, int
     return *E.count;
 }
 
+/* The per-channel sums of atom i over its edges when gridDim.y blocks share them (each every
+   gridDim.y-th edge): every block calls this with its partial sums of kf reals in shared memory
+   (sm); each writes them to b.split, and the last to finish adds all in group order into sm and
+   returns true (the others false, and return). The same order whichever finishes last: the same bits.
+   Every thread of the block calls it. */
+template <typename real> __device__ bool group_sum(const TnBuf<real>& b, int i, real* sm, int kf) {
+    if (gridDim.y == 1) return true;
+    __shared__ int last;
+    const int G = gridDim.y;
+    __syncthreads(); /* sm complete */
+    real* mine = b.split + ((size_t)i * G + blockIdx.y) * kf;
+    for (int q = threadIdx.x; q < kf; q += blockDim.x) __stcg(mine + q, sm[q]);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(b.split_count + i, 1) == G - 1;
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    const real* all = b.split + (size_t)i * G * kf;
+    for (int q = threadIdx.x; q < kf; q += blockDim.x) {
+        real x = __ldcg(all + q);
+        for (int g = 1; g < G; g++) x += __ldcg(all + (size_t)g * kf + q);
+        sm[q] = x;
+    }
+    if (threadIdx.x == 0) b.split_count[i] = 0; /* for the next launch */
+    __syncthreads();
+    return true;
+}
 /* The embedding, atom i (block): Xe_i = Σ_j embed_edge over its edges (the self loop included);
    the irreducible parts of Xe into S1 (for the channel linear elt), then the LayerNorm of |Xe|²
    into ln, the input of the norm MLP nrm = SiLU(els₁ SiLU(els₀ ·)) (k_tn_rows); kept for the
    backward pass: Xe, xhat, rstd. */
 template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embed(const TnNet<real> N, const TnBuf<real> b) {
+    pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
@@ -905,7 +1068,9 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
     E.take(A);
     const int ns = 1 + b.nbr_n[i];
     const real* zpi = N.zp + (size_t)b.z[i] * F;
-    if (N.emb_table) { /* each thread its channels, summed in registers; the table is 0 where C(d) is */
+    if (N.emb_table) { /* each thread its channels, summed in registers; the table is 0 where C(d) is;
+                          block blockIdx.y of gridDim.y every gridDim.y-th edge (group_sum) */
+        const int grp = blockIdx.y, groups = gridDim.y;
         for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
             const int ne = edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
             for (int f = threadIdx.x; f < F; f += TN_THREADS) {
@@ -913,7 +1078,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
                 if (c0 > 0) ld(Xe, F, f, x);
                 const real zp = zpi[f];
 #pragma unroll 2
-                for (int e = 0; e < ne; e++) {
+                for (int e = grp; e < ne; e += groups) {
                     const RadialPoint rp = E.point(N, e);
                     const real zij = zp + N.zq[(size_t)E.zj[e] * F + f];
                     const real u[3] = {E.u[3 * e], E.u[3 * e + 1], E.u[3 * e + 2]};
@@ -924,6 +1089,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
                 st(Xe, F, f, x);
             }
         }
+        if (!group_sum(b, i, Xe, 9 * F)) return;
     } else {
         for (int q = threadIdx.x; q < 9 * F; q += TN_THREADS) Xe[q] = 0;
         for (int s = 0; s < ns; s++) {
@@ -979,18 +1145,25 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
 }
 
 /* X⁰ = compose(nrm_p(c) · WT_c) (WT: the channel linear elt of the embedding's parts), and the first
-   layer's input parts into S1. One thread per atom channel. */
-template <typename real> __global__ void k_tn_x0(const TnNet<real> N, const TnBuf<real> b) {
+   layer's input parts into S3, for atom channel (i, f) given its WT. */
+template <typename real> __device__ __forceinline__ void x0_step(const TnNet<real>& N, const TnBuf<real>& b, int i, int f, const real (&wt)[TN_NI]) {
     const int F = N.F;
-    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= (size_t)b.n * F) return;
-    const int i = (int)(q / F), f = (int)(q % F);
     real t[TN_NI], m[9];
-    for (int c = 0; c < TN_NI; c++) t[c] = b.nrm[(size_t)i * 3 * F + part_of(c) * F + f] * b.WT[(size_t)i * TN_NI * F + c * F + f];
+    for (int c = 0; c < TN_NI; c++) t[c] = b.nrm[(size_t)i * 3 * F + part_of(c) * F + f] * wt[c];
     compose(t, m);
     st(b.X + (size_t)i * 9 * F, F, f, m);
     normalized_parts(m, t);
-    st(b.S1 + (size_t)i * TN_NI * F, F, f, t);
+    st(b.S3 + (size_t)i * TN_NI * F, F, f, t);
+}
+/* ... after the channel linear (k_tn_chan*: WT). One thread per atom channel. */
+template <typename real> __global__ void k_tn_x0(const TnNet<real> N, const TnBuf<real> b) {
+    pdl_start();
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= (size_t)b.n * N.F) return;
+    const int i = (int)(q / N.F), f = (int)(q % N.F);
+    real wt[TN_NI];
+    ld(b.WT + (size_t)i * TN_NI * N.F, N.F, f, wt);
+    x0_step(N, b, i, f, wt);
 }
 
 /* Layer l, atom i (block), after its first channel linear (Y in Yirr): messages M_i = Σ_j f(d_ij) ⊙
@@ -998,6 +1171,7 @@ template <typename real> __global__ void k_tn_x0(const TnNet<real> N, const TnBu
    into S1 for the second channel linear. */
 template <typename real>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
+    pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
@@ -1007,7 +1181,9 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
     EdgeChunk<real> E;
     E.take(A);
     const int ns = 1 + b.nbr_n[i];
-    if (Ly.table) { /* each thread its channels, summed in registers */
+    if (Ly.table) { /* each thread its channels, summed in registers; block blockIdx.y of gridDim.y
+                       every gridDim.y-th edge (group_sum) */
+        const int grp = blockIdx.y, groups = gridDim.y;
         const real* Y = b.Yirr + (size_t)l * b.n * F10;
         for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
             const int ne = edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
@@ -1016,7 +1192,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
                 for (int c = 0; c < TN_NI; c++) m[c] = 0;
                 if (c0 > 0) ld(Mi, F, f, m);
 #pragma unroll 2
-                for (int e = 0; e < ne; e++) {
+                for (int e = grp; e < ne; e += groups) {
                     const real* Yj = Y + (size_t)E.j[e] * F10;
                     const RadialPoint rp = E.point(N, e);
                     real fq[3];
@@ -1026,6 +1202,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
                 st(Mi, F, f, m);
             }
         }
+        if (!group_sum(b, i, Mi, (int)F10)) return;
     } else {
         for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) Mi[q] = 0;
         for (int s = 0; s < ns; s++) {
@@ -1062,17 +1239,14 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
     }
 }
 
-/* Layer l's update, after its second channel linear (D's parts in S2): dX = compose(D), X^{l+1} =
-   X^l / (|X^l|² + 1) + dX + cq dX², and the next layer's input parts into S1. One thread per atom
-   channel. */
-template <typename real> __global__ void k_tn_update(const TnNet<real> N, const TnBuf<real> b, int l) {
+/* Layer l's update of atom channel (i, f), given D's parts (its second channel linear's output):
+   dX = compose(D), X^{l+1} = X^l / (|X^l|² + 1) + dX + cq dX², and the next layer's input parts
+   into S3. */
+template <typename real>
+__device__ __forceinline__ void update_step(const TnNet<real>& N, const TnBuf<real>& b, int l, int i, int f, const real (&Dt)[TN_NI]) {
     const int F = N.F;
-    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= (size_t)b.n * F) return;
-    const int i = (int)(q / F), f = (int)(q % F);
     const size_t at = (size_t)l * b.n + i;
-    real Dt[TN_NI], dX[9], X[9], Xo[9];
-    ld(b.S2 + (size_t)i * TN_NI * F, F, f, Dt);
+    real dX[9], X[9], Xo[9];
     compose(Dt, dX);
     st(b.dX + at * 9 * F, F, f, dX);
     ld(b.X + at * 9 * F, F, f, X);
@@ -1083,14 +1257,25 @@ template <typename real> __global__ void k_tn_update(const TnNet<real> N, const 
     if (l + 1 < N.L) {
         real t[TN_NI];
         normalized_parts(Xo, t);
-        st(b.S1 + (size_t)i * TN_NI * F, F, f, t);
+        st(b.S3 + (size_t)i * TN_NI * F, F, f, t);
     }
+}
+/* ... after the channel linear (k_tn_chan*: D's parts in S2). One thread per atom channel. */
+template <typename real> __global__ void k_tn_update(const TnNet<real> N, const TnBuf<real> b, int l) {
+    pdl_start();
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= (size_t)b.n * N.F) return;
+    const int i = (int)(q / N.F), f = (int)(q % N.F);
+    real Dt[TN_NI];
+    ld(b.S2 + (size_t)i * TN_NI * N.F, N.F, f, Dt);
+    update_step(N, b, l, i, f, Dt);
 }
 
 /* The output, part 1, atom i (block): the parts T of X^L (into S1, for part 2), x = (3|I|², |A|²,
    |S|²) per channel and its LayerNorm over the 3F values: xhat, rstd kept, y = xhat · w + b the
    input of the output MLP (k_tn_rows: SiLU(linear), the head). */
 template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_out_a(const TnNet<real> N, const TnBuf<real> b) {
+    pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
@@ -1124,6 +1309,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_out_
    forces dE/d(that output) = std into g. One thread per atom. */
 template <typename real>
 __global__ void k_tn_out_e(const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ last, real* __restrict__ g, double scale) {
+    pdl_start();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= b.n) return;
     const int on = N.head[N.H - 1].n_out;
@@ -1133,13 +1319,33 @@ __global__ void k_tn_out_e(const TnNet<real> N, const TnBuf<real> b, const real*
         for (int c = 0; c < on; c++) g[(size_t)i * on + c] = c == on - 1 ? N.stdv : real(0);
 }
 
+/* The parts of dE/d(dX) of layer l for its second channel linear, into S3, given dE/dX^{l+1}
+   (gXo) of channel f of atom i: X^{l+1} = ... + dX + cq dX² gives gXo + cq (gXo dXᵀ + dXᵀ gXo). */
+template <typename real>
+__device__ __forceinline__ void update_back(const TnBuf<real>& b, int F, int l, int i, int f, const real (&gXo)[9]) {
+    real dX[9], gdX[9], t[TN_NI];
+    ld(b.dX + ((size_t)l * b.n + i) * 9 * F, F, f, dX);
+    const real cq = b.cq[i];
+    for (int c = 0; c < 9; c++) gdX[c] = gXo[c];
+    mm_nt_add(cq, gXo, dX, gdX);
+    mm_tn_add(cq, dX, gXo, gdX);
+    compose_adj(gdX, t);
+    st(b.S3 + (size_t)i * TN_NI * F, F, f, t);
+}
 /* The output backward, part 2, atom i (block): from dE/dy (gy) through the LayerNorm to dE/dX^L
    (gX). */
 template <typename real>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_out_b(const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ gy) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
+    pdl_start();
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
+    { /* atom i's edge gradients, which the layers backward and k_tn_eb2 add to: its slots in use */
+        const size_t e0 = (size_t)i * (b.cap + 1);
+        const int ns = 1 + b.nbr_n[i]; /* nbr_n <= cap */
+        for (int q = threadIdx.x; q < ns; q += TN_THREADS) b.gd[e0 + q] = 0;
+        for (int q = threadIdx.x; q < 3 * ns; q += TN_THREADS) b.gu[3 * e0 + q] = 0;
+    }
     real *red = A.take(TN_THREADS / 32), *ga = A.take(3 * F);
     const real *g = gy + (size_t)i * 3 * F, *xhat = b.oxhat + (size_t)i * 3 * F;
     real part = 0, part2 = 0;
@@ -1161,31 +1367,8 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_out_b(const TnNet<real> N, co
         for (int c = 7; c <= 9; c++) gT[c] = real(4) * t[c] * ga[2 * F + f];
         decompose_adj(gT, gm);
         st(b.gX + (size_t)i * 9 * F, F, f, gm);
+        if (N.L > 0) update_back(b, F, N.L - 1, i, f, gm);
     }
-}
-
-/* The parts of dE/d(dX) of layer l for its second channel linear, into S1, given dE/dX^{l+1}
-   (gXo) of channel f of atom i: X^{l+1} = ... + dX + cq dX² gives gXo + cq (gXo dXᵀ + dXᵀ gXo). */
-template <typename real>
-__device__ __forceinline__ void update_back(const TnBuf<real>& b, int F, int l, int i, int f, const real (&gXo)[9]) {
-    real dX[9], gdX[9], t[TN_NI];
-    ld(b.dX + ((size_t)l * b.n + i) * 9 * F, F, f, dX);
-    const real cq = b.cq[i];
-    for (int c = 0; c < 9; c++) gdX[c] = gXo[c];
-    mm_nt_add(cq, gXo, dX, gdX);
-    mm_tn_add(cq, dX, gXo, gdX);
-    compose_adj(gdX, t);
-    st(b.S1 + (size_t)i * TN_NI * F, F, f, t);
-}
-/* The last layer's update backward (from the output's dE/dX in gX). One thread per atom channel. */
-template <typename real> __global__ void k_tn_bt(const TnNet<real> N, const TnBuf<real> b, int l) {
-    const int F = N.F;
-    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= (size_t)b.n * F) return;
-    const int i = (int)(q / F), f = (int)(q % F);
-    real g[9];
-    ld(b.gX + (size_t)i * 9 * F, F, f, g);
-    update_back(b, F, l, i, f, g);
 }
 
 /* Per-edge sums over the block without a barrier per edge: each warp's part of edge s goes to
@@ -1210,13 +1393,21 @@ template <typename real> __device__ __forceinline__ real edge_sum(const real* re
    filter (float32: from the table; else the filter network, whose values go to fac for k_tn_b2). */
 template <typename real>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
+    pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
     const size_t at = (size_t)l * b.n + i, F10 = (size_t)TN_NI * F;
+    /* with the table, blockIdx.y of gridDim.y takes every gridDim.y-th edge of each chunk (the same
+       sums: each edge's in one block); block 0 writes gM, gY, every block keeps dE/dM_i in gMs */
+    const int grp = blockIdx.y, groups = gridDim.y;
     real* red = A.take(TN_THREADS / 32);
-    real *rb = A.take(N.R), *drb = A.take(N.R), *h1 = A.take(F), *h2 = A.take(2 * F), *h3 = A.take(3 * F), *a = A.take(2 * F),
-         *gfac = A.take(3 * F), *work = A.take(6 * F + N.R), *ered = A.take(TN_EDGE_CHUNK * (TN_THREADS / 32));
+    real *rb = NULL, *drb = NULL, *h1 = NULL, *h2 = NULL, *h3 = NULL, *a = NULL, *gfac = NULL, *work = NULL, *gMs = NULL;
+    if (Ly.table) gMs = A.take(F10);
+    else
+        rb = A.take(N.R), drb = A.take(N.R), h1 = A.take(F), h2 = A.take(2 * F), h3 = A.take(3 * F), a = A.take(2 * F),
+        gfac = A.take(3 * F), work = A.take(6 * F + N.R);
+    real* ered = A.take(TN_EDGE_CHUNK * (TN_THREADS / 32));
     EdgeChunk<real> E;
     E.take(A);
     const real cq = b.cq[i];
@@ -1244,11 +1435,12 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
         }
         real o[TN_NI];
         compose_adj(gmsg, o);
-        st(b.gM + (size_t)i * F10, F, f, o);
+        if (grp == 0) st(b.gM + (size_t)i * F10, F, f, o);
+        if (gMs) st(gMs, F, f, o);
         compose_adj(gYf, o);
-        st(b.gY + (size_t)i * F10, F, f, o);
+        if (grp == 0) st(b.gY + (size_t)i * F10, F, f, o);
     }
-    const real* gMi = b.gM + (size_t)i * F10; /* each thread reads back only its own channels */
+    const real* gMi = gMs ? gMs : b.gM + (size_t)i * F10; /* each thread reads back only its own channels */
     const int ns = 1 + b.nbr_n[i];
     const size_t e0 = (size_t)i * (b.cap + 1);
     if (Ly.table) { /* dE/dd = Σ dE/dfac · dfac/dd from the table; k_tn_b2 reads the factors there too */
@@ -1256,23 +1448,20 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
         for (int c0 = 1; c0 < ns; c0 += TN_EDGE_CHUNK) {
             const int ne = edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
 #pragma unroll 2
-            for (int e = 0; e < ne; e++) {
+            for (int e = grp; e < ne; e += groups) {
                 const real* Yj = Y + (size_t)E.j[e] * F10;
                 const RadialPoint rp = E.point(N, e);
                 real part[1] = {0};
                 for (int f = threadIdx.x; f < F; f += TN_THREADS) {
                     real g3[3] = {0, 0, 0};
                     for (int c = 0; c < TN_NI; c++) g3[part_of(c)] += gMi[c * F + f] * Yj[c * F + f];
-                    for (int q = 0; q < 3; q++) {
-                        real dv;
-                        radial_value(Ly.table, 3 * F, rp, q * F + f, &dv);
-                        part[0] += g3[q] * dv;
-                    }
+                    for (int q = 0; q < 3; q++) part[0] += g3[q] * radial_deriv(Ly.table, 3 * F, rp, q * F + f);
                 }
                 edge_part(ered, e, part);
             }
             __syncthreads();
-            for (int e = threadIdx.x; e < ne; e += TN_THREADS) b.gd[e0 + E.slot[e]] += edge_sum(ered, e, 1, 0);
+            for (int e = threadIdx.x; e < ne; e += TN_THREADS)
+                if (e % groups == grp) b.gd[e0 + E.slot[e]] += edge_sum(ered, e, 1, 0);
         }
         return;
     }
@@ -1301,6 +1490,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
    S1 for the first channel linear's backward. */
 template <typename real>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
+    pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int j = blockIdx.x, F = N.F;
@@ -1311,14 +1501,19 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
     const int ns = 1 + b.nbr_n[j];
     const size_t e0 = (size_t)j * (b.cap + 1);
     real* out = b.S1 + (size_t)j * F10;
-    if (Ly.table) { /* each thread its channels, in registers (between chunks in gYt) */
+    if (Ly.table) { /* each thread its channels, in registers (between chunks in gYt); block
+                       blockIdx.y of gridDim.y every gridDim.y-th edge, the first from gY (group_sum) */
+        const int grp = blockIdx.y, groups = gridDim.y;
         for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
             const int ne = edge_chunk(N, b, j, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
             for (int f = threadIdx.x; f < F; f += TN_THREADS) {
                 real g[TN_NI];
-                ld(c0 == 0 ? b.gY + (size_t)j * F10 : gYt, F, f, g);
+                if (c0 > 0) ld(gYt, F, f, g);
+                else if (grp == 0) ld(b.gY + (size_t)j * F10, F, f, g);
+                else
+                    for (int c = 0; c < TN_NI; c++) g[c] = 0;
 #pragma unroll 2
-                for (int e = 0; e < ne; e++) {
+                for (int e = grp; e < ne; e += groups) {
                     /* the filter of edge (j, i) equals that of (i, j): the same distance */
                     const real* gMi = b.gM + (size_t)E.j[e] * F10;
                     const RadialPoint rp = E.point(N, e);
@@ -1326,9 +1521,11 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
                     for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (real*)NULL);
                     for (int c = 0; c < TN_NI; c++) g[c] += fq[part_of(c)] * gMi[c * F + f];
                 }
-                st(c0 + TN_EDGE_CHUNK < ns ? gYt : out, F, f, g);
+                st(groups > 1 || c0 + TN_EDGE_CHUNK < ns ? gYt : out, F, f, g);
             }
         }
+        if (groups == 1 || !group_sum(b, j, gYt, (int)F10)) return;
+        for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) out[q] = gYt[q];
         return;
     }
     for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) gYt[q] = b.gY[(size_t)j * F10 + q];
@@ -1347,16 +1544,41 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
     for (int q = threadIdx.x; q < (int)F10; q += TN_THREADS) out[q] = gYt[q];
 }
 
+/* Embedding backward part 1, atom channel (i, f): from dE/dX⁰ (gX) to dE/dWT's parts (into S3, for
+   the channel linear elt's backward) and dE/dnrm through its SiLU (gn, for the norm MLP's backward). */
+template <typename real> __device__ __forceinline__ void embed_back1(const TnNet<real>& N, const TnBuf<real>& b, int i, int f, const real (&m)[9]) {
+    const int F = N.F;
+    const size_t F10 = (size_t)TN_NI * F;
+    const real *WT = b.WT + (size_t)i * F10, *nrm = b.nrm + (size_t)i * 3 * F, *h2 = b.h2 + (size_t)i * 3 * F;
+    real gx[TN_NI], gw[TN_NI];
+    compose_adj(m, gx);
+    real g3[3] = {0, 0, 0};
+    for (int c = 0; c < TN_NI; c++) {
+        const int p = part_of(c);
+        g3[p] += gx[c] * WT[c * F + f];
+        gw[c] = nrm[p * F + f] * gx[c];
+    }
+    st(b.S3 + (size_t)i * F10, F, f, gw);
+    for (int p = 0; p < 3; p++) b.gn[(size_t)i * 3 * F + p * F + f] = g3[p] * silu_d(h2[p * F + f]);
+}
+/* ... as its own kernel for a model without interaction layers (else k_tn_bx of layer 0 runs it). */
+template <typename real> __global__ void k_tn_eb1(const TnNet<real> N, const TnBuf<real> b) {
+    pdl_start();
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= (size_t)b.n * N.F) return;
+    real m[9];
+    ld(b.gX + (q / N.F) * 9 * N.F, N.F, (int)(q % N.F), m);
+    embed_back1(N, b, (int)(q / N.F), (int)(q % N.F), m);
+}
+
 /* After the first channel linear's backward (dE/dT's parts in S2), atom channel (j, f): dE/dX^l =
    the adjoint of X / (|X|² + 1) applied to the parts' and the direct path's gradient, into gX; then
-   the update backward of layer l − 1 (update_back), if any. One thread per atom channel. */
-template <typename real> __global__ void k_tn_bx(const TnNet<real> N, const TnBuf<real> b, int l) {
+   the update backward of layer l − 1 (update_back), or for layer 0 the embedding backward's first
+   step (embed_back1), for atom channel (j, f) given the parts' gradient g. */
+template <typename real>
+__device__ __forceinline__ void bx_step(const TnNet<real>& N, const TnBuf<real>& b, int l, int j, int f, const real (&g)[TN_NI]) {
     const int F = N.F;
-    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= (size_t)b.n * F) return;
-    const int j = (int)(q / F), f = (int)(q % F);
-    real g[TN_NI], gXn[9], x[9], go[9];
-    ld(b.S2 + (size_t)j * TN_NI * F, F, f, g);
+    real gXn[9], x[9], go[9];
     decompose_adj(g, gXn);
     real* gX = b.gX + (size_t)j * 9 * F;
     ld(b.X + ((size_t)l * b.n + j) * 9 * F, F, f, x);
@@ -1370,33 +1592,73 @@ template <typename real> __global__ void k_tn_bx(const TnNet<real> N, const TnBu
     for (int c = 0; c < 9; c++) go[c] = gXn[c] / nx - real(2) * x[c] * dot / (nx * nx);
     st(gX, F, f, go);
     if (l > 0) update_back(b, F, l - 1, j, f, go);
+    else embed_back1(N, b, j, f, go); /* k_tn_eb1's work */
+}
+/* ... after the channel linear's backward (k_tn_chan*: S2). One thread per atom channel. */
+template <typename real> __global__ void k_tn_bx(const TnNet<real> N, const TnBuf<real> b, int l) {
+    pdl_start();
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= (size_t)b.n * N.F) return;
+    const int j = (int)(q / N.F), f = (int)(q % N.F);
+    real g[TN_NI];
+    ld(b.S2 + (size_t)j * TN_NI * N.F, N.F, f, g);
+    bx_step(N, b, l, j, f, g);
 }
 
-/* Embedding backward part 1, atom channel (i, f): from dE/dX⁰ (gX) to dE/dWT's parts (into S1, for
-   the channel linear elt's backward) and dE/dnrm through its SiLU (gn, for the norm MLP's backward). */
-template <typename real> __global__ void k_tn_eb1(const TnNet<real> N, const TnBuf<real> b) {
-    const int F = N.F;
-    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= (size_t)b.n * F) return;
-    const int i = (int)(q / F), f = (int)(q % F);
+/*
+ * Few atoms (TN_CHAN_FUSED_ATOMS): a channel linear and the per-channel step after it in one launch.
+ * A block computes 4 atoms (one per warp) × 32 output channels (one per lane) over all three parts,
+ * so that each lane holds all 10 components of its atom channel and runs the step (EPI: x0_step,
+ * update_step, bx_step) itself. M_0..M_2's 32 columns (3 × F × 32) and the 4
+ * atoms' inputs (4 × 10F) go to shared memory in one round of loads; each output is one sum in k
+ * order (fused multiply-adds: k_tn_chan_small's bits in float32). The steps write their parts to
+ * S3, never the linear's input, which other blocks may still be reading.
+ */
+enum { TN_CH_X0 = 1, TN_CH_UPDATE = 2, TN_CH_BX = 3 };
+template <typename real, int EPI>
+__global__ void __launch_bounds__(128)
+    k_tn_chan_fused(const ChanW<real> W, const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ in, real* __restrict__ out, int l) {
+    pdl_start();
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    const int F = N.F, n = b.n;
+    real* ws = (real*)tn_smem;            /* 3 × F × 32 */
+    real* xs = ws + (size_t)3 * F * 32;   /* 4 × 10F */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int a0 = blockIdx.x * 4, o0 = blockIdx.y * 32;
     const size_t F10 = (size_t)TN_NI * F;
-    const real *WT = b.WT + (size_t)i * F10, *nrm = b.nrm + (size_t)i * 3 * F, *h2 = b.h2 + (size_t)i * 3 * F;
-    real m[9], gx[TN_NI], gw[TN_NI];
-    ld(b.gX + (size_t)i * 9 * F, F, f, m);
-    compose_adj(m, gx);
-    real g3[3] = {0, 0, 0};
-    for (int c = 0; c < TN_NI; c++) {
-        const int p = part_of(c);
-        g3[p] += gx[c] * WT[c * F + f];
-        gw[c] = nrm[p * F + f] * gx[c];
+    for (int q = threadIdx.x; q < 3 * F * 32; q += 128) {
+        const int p = q / (F * 32), r = q - p * F * 32, k = r >> 5, o = o0 + (r & 31);
+        ws[q] = o < F ? W.m[p][(size_t)k * F + o] : real(0);
     }
-    st(b.S1 + (size_t)i * F10, F, f, gw);
-    for (int p = 0; p < 3; p++) b.gn[(size_t)i * 3 * F + p * F + f] = g3[p] * silu_d(h2[p * F + f]);
+    for (int q = threadIdx.x; q < 4 * (int)F10; q += 128) { /* the 4 atoms' rows lie together */
+        const int a = a0 + q / (int)F10;
+        xs[q] = a < n ? in[(size_t)a0 * F10 + q] : real(0);
+    }
+    __syncthreads();
+    real acc[TN_NI];
+#pragma unroll
+    for (int c = 0; c < TN_NI; c++) acc[c] = 0;
+    const real* x = xs + (size_t)warp * F10;
+#pragma unroll 4
+    for (int k = 0; k < F; k++) {
+        const real w[3] = {ws[k * 32 + lane], ws[(F + k) * 32 + lane], ws[(2 * F + k) * 32 + lane]};
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) acc[c] = fma_of(x[c * F + k], w[part_of(c)], acc[c]);
+    }
+    const int i = a0 + warp, f = o0 + lane;
+    if (i >= n || f >= F) return;
+    if (EPI == TN_CH_X0) {
+        st(out + (size_t)i * F10, F, f, acc); /* WT, kept for the backward */
+        x0_step(N, b, i, f, acc);
+    }
+    if (EPI == TN_CH_UPDATE) update_step(N, b, l, i, f, acc);
+    if (EPI == TN_CH_BX) bx_step(N, b, l, i, f, acc);
 }
 
 /* The LayerNorm of |Xe|² backward, one warp per atom: from dE/dln (in ln) to dE/d|Xe|² (gtn). The
    lanes' sums are added in a fixed tree order. */
 template <typename real> __global__ void k_tn_ln_back(const TnNet<real> N, const TnBuf<real> b) {
+    pdl_start();
     const int i = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32, F = N.F;
     if (i >= b.n) return; /* whole warps */
     const real *gln = b.ln + (size_t)i * F, *xhat = b.xhat + (size_t)i * F;
@@ -1416,9 +1678,10 @@ template <typename real> __global__ void k_tn_ln_back(const TnNet<real> N, const
 /* Embedding backward part 2, atom i (block), after the channel linear elt's backward (dE/dT's parts
    in S2): dE/dXe, then dE/dd and dE/du of i's edges. */
 template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(const TnNet<real> N, const TnBuf<real> b) {
+    pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
-    const int i = blockIdx.x, F = N.F, R = N.R;
+    const int i = blockIdx.x, F = N.F, R = N.R, grp = blockIdx.y, groups = gridDim.y;
     real* red = A.take(TN_THREADS / 32);
     real *gXe = A.take(9 * F), *rb = A.take(R), *drb = A.take(R), *grb = A.take(R), *pk = A.take(3 * F), *gp = A.take(3 * F),
          *ered = A.take(4 * TN_EDGE_CHUNK * (TN_THREADS / 32));
@@ -1439,7 +1702,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
         for (int c0 = 1; c0 < ns; c0 += TN_EDGE_CHUNK) {
             const int ne = edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
 #pragma unroll 2
-            for (int e = 0; e < ne; e++) {
+            for (int e = grp; e < ne; e += groups) { /* as k_tn_b1: every gridDim.y-th edge */
                 const real u[3] = {E.u[3 * e], E.u[3 * e + 1], E.u[3 * e + 2]};
                 real sums[4] = {0, 0, 0, 0}; /* dE/dd, dE/du */
                 {
@@ -1467,6 +1730,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
             }
             __syncthreads();
             for (int e = threadIdx.x; e < ne; e += TN_THREADS) {
+                if (e % groups != grp) continue;
                 const size_t s = e0 + E.slot[e];
                 b.gd[s] += edge_sum(ered, e, 4, 0);
                 for (int r = 0; r < 3; r++) b.gu[s * 3 + r] += edge_sum(ered, e, 4, 1 + r);
@@ -1530,17 +1794,14 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
     }
 }
 
-/* Forces, without atomics: each edge (i, j)'s force on i, −dE/dr_i from its dE/dd and dE/du, in the
-   plan's units and × the member's weight (k_tn_edge_forces; its force on j is the opposite), then per
-   atom the sum over its own edges and, with the sign turned, over the partner edges (j, i)
-   (k_tn_gather: the lists are symmetric and in index order, so the partner slot is found by
-   bisection), in double, added to the member sum in member order. One rounding per atom to the
-   caller's format (k_tn_forces_out). */
-template <typename real> __global__ void k_tn_edge_forces(const TnBuf<real> b, double factor, double* __restrict__ edge_f) {
-    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* neighbour slot k of atom i */
-    if (q >= (size_t)b.n * b.cap) return;
-    const int i = (int)(q / b.cap), s = (int)(q % b.cap) + 1;
-    if (s > b.nbr_n[i]) return;
+/* Forces, without atomics: per atom (one warp), the force of each of its edges (i, j) on i, −dE/dr_i
+   from the edge's dE/dd and dE/du, in the plan's units and × the member's weight (edge_force), and,
+   with the sign turned, that of each partner edge (j, i) (the lists are symmetric and in index
+   order, so the partner slot is found by bisection); lane k takes neighbours k, k + 32, ..., then
+   the lanes' sums are added in a fixed tree order, in double, and added to the member sum in member
+   order. The last member rounds each atom's sum once to the caller's format (out: fixed-point at
+   force_index with the stride, or double xyz); the others leave it in force. */
+template <typename real> __device__ __forceinline__ void edge_force(const TnBuf<real>& b, int i, int s, double factor, double (&f)[3]) {
     const size_t e = (size_t)i * (b.cap + 1) + s;
     double d;
     real u[3];
@@ -1548,19 +1809,24 @@ template <typename real> __global__ void k_tn_edge_forces(const TnBuf<real> b, d
     const double gd = b.gd[e];
     const double gu[3] = {b.gu[e * 3], b.gu[e * 3 + 1], b.gu[e * 3 + 2]};
     const double gu_u = gu[0] * u[0] + gu[1] * u[1] + gu[2] * u[2];
-    for (int c = 0; c < 3; c++) edge_f[e * 3 + c] = factor * (gd * u[c] + (gu[c] - gu_u * u[c]) / d);
+    for (int c = 0; c < 3; c++) f[c] = factor * (gd * u[c] + (gu[c] - gu_u * u[c]) / d);
 }
-
-/* One warp per atom: lane k takes neighbours k, k + 32, ... (its own edge and, with the sign
-   turned, the partner's), then the lanes' sums are added in a fixed tree order. */
-template <typename real> __global__ void k_tn_gather(const TnBuf<real> b, const double* __restrict__ edge_f, double* __restrict__ force) {
+struct TnForcesOut {
+    void* out; /* NULL: not the last member */
+    int fixed;
+    const int* force_index;
+    long long stride;
+};
+template <typename real>
+__global__ void k_tn_gather(const TnBuf<real> b, double factor, double* __restrict__ force, const TnForcesOut fo) {
+    pdl_start();
     const int i = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
     if (i >= b.n) return; /* whole warps */
     const int ns = b.nbr_n[i];
-    double f[3] = {0, 0, 0};
+    double f[3] = {0, 0, 0}, fe[3];
     for (int k = lane; k < ns; k += 32) {
-        const size_t e = (size_t)i * (b.cap + 1) + 1 + k;
-        for (int c = 0; c < 3; c++) f[c] += edge_f[e * 3 + c];
+        edge_force(b, i, 1 + k, factor, fe);
+        for (int c = 0; c < 3; c++) f[c] += fe[c];
         const int j = b.nbr_j[(size_t)i * b.cap + k];
         const int* list = b.nbr_j + (size_t)j * b.cap;
         int lo = 0, hi = b.nbr_n[j] - 1;
@@ -1570,35 +1836,29 @@ template <typename real> __global__ void k_tn_gather(const TnBuf<real> b, const 
             else hi = mid;
         }
         if (hi >= 0 && list[lo] == i) {
-            const size_t ej = (size_t)j * (b.cap + 1) + 1 + lo;
-            for (int c = 0; c < 3; c++) f[c] -= edge_f[ej * 3 + c];
+            edge_force(b, j, 1 + lo, factor, fe);
+            for (int c = 0; c < 3; c++) f[c] -= fe[c];
         }
     }
     for (int o = 16; o > 0; o >>= 1)
         for (int c = 0; c < 3; c++) f[c] += __shfl_down_sync(0xffffffffu, f[c], o);
-    if (lane == 0)
-        for (int c = 0; c < 3; c++) force[3 * (size_t)i + c] += f[c];
+    if (lane != 0) return;
+    for (int c = 0; c < 3; c++) f[c] += force[3 * (size_t)i + c];
+    if (fo.out == NULL)
+        for (int c = 0; c < 3; c++) force[3 * (size_t)i + c] = f[c];
+    else if (!fo.fixed)
+        for (int c = 0; c < 3; c++) ((double*)fo.out)[3 * (size_t)i + c] = f[c];
+    else
+        for (int c = 0; c < 3; c++) add_fixed((unsigned long long*)fo.out + (size_t)fo.force_index[i] + c * fo.stride, f[c]);
 }
 
-/* The forces (kJ/mol/nm or the plan's units) to the caller: plain doubles per atom, or added to
-   OpenMM's fixed-point buffer at each atom's place. */
-__global__ void k_tn_forces_out(const double* __restrict__ force, int n, int fixed, const int* __restrict__ force_index,
-                                void* __restrict__ out, long long stride) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    if (!fixed) {
-        for (int c = 0; c < 3; c++) ((double*)out)[3 * (size_t)i + c] = force[3 * (size_t)i + c];
-        return;
-    }
-    const int t = force_index[i];
-    for (int c = 0; c < 3; c++) add_fixed((unsigned long long*)out + (size_t)t + c * stride, force[3 * (size_t)i + c]);
-}
 
 /* Per-batch energies in atom order, the total, the error flags (only raised ones reach the host). */
 __global__ void __launch_bounds__(256) k_tn_finish(const double* __restrict__ atom_e, const int* __restrict__ order,
                                                    const int* __restrict__ batch_start, int n_batches, double mean, double unit,
                                                    double* __restrict__ batch_e, void* energy, int energy_is_double,
                                                    int* __restrict__ flags, int* __restrict__ host_flags) {
+    pdl_start();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int bt = warp; bt < n_batches; bt += 8) {
         const int q0 = batch_start[bt], q1 = batch_start[bt + 1];
@@ -1632,6 +1892,10 @@ typedef struct tn_cuda_state {
     nnp_cuda_base base;
     int precision, n, n_batches, cap, first, last;
     size_t smem; /* dynamic shared memory of the per-atom kernels */
+    int edge_groups; /* blocks per atom of the per-edge kernels with tables (few atoms; tn_build) */
+    size_t rows_small_smem; /* the dynamic shared memory k_tn_rows_small may take (the GPU's opt-in) */
+    void* split;     /* edge_groups > 1: the groups' partial sums (TnBuf::split), and per atom a count */
+    int* split_count;
     void* weights;                              /* every member's weights in the evaluation's precision */
     float* tables;                              /* float32: every member's radial tables (RadialTable) */
     void* ztab;                                 /* every member's zp, zq (k_tn_z) */
@@ -1640,10 +1904,10 @@ typedef struct tn_cuda_state {
     double* atomref;                            /* device, double: every member's means, betas and atomref */
     int *z, *batch, *order, *batch_start, *particle, *index_of, *force_index, *nbr_n, *nbr_j, *flags;
     void *pos, *nbr_r, *cq, *work;              /* work: the per-atom and per-edge buffers */
-    size_t work_bytes, edge_bytes;              /* edge_bytes: the part (gd, gu) cleared per member */
+    size_t work_bytes, edge_bytes;              /* edge_bytes: the part (gd, gu) at its end */
     void* gd;                                   /* start of gd, gu in work */
     double *atom_e, mean_sum;
-    double *force, *edge_f;                     /* per atom (3), per edge (3): the forces in double */
+    double* force;                              /* per atom (3): the members' force sum in double */
     int* host_flags;                            /* mapped pinned memory */
     int* host_flags_dev;
     CUcontext context;
@@ -1654,7 +1918,8 @@ static void tn_state_free(tn_cuda_state* s) {
     CUcontext pushed = NULL;
     if (s->context != NULL && nnp_cuda_driver.loaded) nnp_cuda_driver.ctxPushCurrent(s->context), pushed = s->context;
     void* dev[] = {s->weights, s->tables, s->ztab, s->atomref, s->z, s->batch, s->order, s->batch_start, s->particle, s->index_of, s->force_index,
-                   s->nbr_n, s->nbr_j, s->flags, s->pos, s->nbr_r, s->cq, s->work, s->atom_e, s->force, s->edge_f, s->base.batch_energy};
+                   s->nbr_n, s->nbr_j, s->flags, s->pos, s->nbr_r, s->cq, s->work, s->atom_e, s->force, s->base.batch_energy,
+                   s->split, s->split_count};
     for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
         if (dev[k]) cudaFree(dev[k]);
     if (s->host_flags) cudaFreeHost(s->host_flags);
@@ -1835,6 +2100,13 @@ static size_t tn_smem_reals(const tn_member* m) {
 }
 
 template <typename real> static void tn_configure() {
+    if constexpr (sizeof(real) == sizeof(float)) allow_dynamic_smem(k_tn_chan_small);
+    allow_dynamic_smem(k_tn_rows_small<real, TN_EPI_NONE>);
+    allow_dynamic_smem(k_tn_rows_small<real, TN_EPI_SILU>);
+    allow_dynamic_smem(k_tn_rows_small<real, TN_EPI_DSILU>);
+    allow_dynamic_smem(k_tn_chan_fused<real, TN_CH_X0>);
+    allow_dynamic_smem(k_tn_chan_fused<real, TN_CH_UPDATE>);
+    allow_dynamic_smem(k_tn_chan_fused<real, TN_CH_BX>);
     allow_dynamic_smem(k_tn_z<real>);
     allow_dynamic_smem(k_tn_embed<real>);
     allow_dynamic_smem(k_tn_layer_b<real>);
@@ -1891,9 +2163,16 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
         if (tm->members[k].L > L) L = tm->members[k].L;
     }
     s->smem = smem * sizeof(real);
-    int dev = 0, optin = 0;
+    int dev = 0, optin = 0, sms = 0;
     CUDA_TRY(cudaGetDevice(&dev));
     CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    s->rows_small_smem = (size_t)optin;
+    /* few atoms: the per-edge kernels' edges over several blocks per atom, so that the GPU has
+       TN_BLOCKS_PER_SM blocks per SM (one molecule: 22 atoms would fill 22 of 132 SMs) */
+    s->edge_groups = n > 0 ? (TN_BLOCKS_PER_SM * sms + n - 1) / n : 1;
+    if (s->edge_groups > TN_EDGE_GROUPS) s->edge_groups = TN_EDGE_GROUPS;
+    if (s->edge_groups < 1) s->edge_groups = 1;
     if (s->smem > (size_t)optin)
         return nnp_fail(NNP_ERR_UNSUPPORTED, "this TensorNet (F = %d) needs %zu bytes of shared memory per block in %s precision, "
                         "more than this GPU's %d: use a smaller model, single precision, or the CPU platform",
@@ -1920,10 +2199,9 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     TN_ALLOC(s->cq, N * sizeof(real));
     TN_ALLOC(s->atom_e, N * sizeof(double));
     TN_ALLOC(s->force, 3 * N * sizeof(double));
-    TN_ALLOC(s->edge_f, 3 * E * sizeof(double));
     TN_ALLOC(s->base.batch_energy, (size_t)(nb > 0 ? nb : 1) * sizeof(double));
     /* per-atom and per-edge buffers: Xe 9F; X (L+1)·9F; Yirr, Mirr L·10F; B, dX L·9F; gX 9F; gM, gY
-       10F; WT 10F, nrm 3F, h1 2F, h2 3F, xhat F, gtn F, S1, S2 10F, ln F, a1 2F, gn 3F, rstd 1; fac E·3F;
+       10F; WT 10F, nrm 3F, h1 2F, h2 3F, xhat F, gtn F, S1, S2, S3 10F, ln F, a1 2F, gn 3F, rstd 1; fac E·3F;
        gd E; gu 3E; the output's oxhat, oy 3F, oyl, oh F, orstd 1, the head's hpre, hact, gA, gB (head) */
     size_t head = 0;
     for (int k = s->first; k < s->last; k++) {
@@ -1936,12 +2214,19 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
         }
         if (2 * total + 2 * wide > head) head = 2 * total + 2 * wide;
     }
-    const size_t atom_reals = N * (Fz * (9 + (size_t)(L + 1) * 9 + (size_t)L * 38 + 9 + 20 + 10 + 3 + 2 + 3 + 1 + 1 + 20 + 6 + 8) + 2 + head) +
+    const size_t atom_reals = N * (Fz * (9 + (size_t)(L + 1) * 9 + (size_t)L * 38 + 9 + 20 + 10 + 3 + 2 + 3 + 1 + 1 + 30 + 6 + 8) + 2 + head) +
                               (s->tables ? 0 : E * 3 * Fz); /* fac: the tables replace it */
     s->edge_bytes = 4 * E * sizeof(real);
     s->work_bytes = atom_reals * sizeof(real) + s->edge_bytes;
     TN_ALLOC(s->work, s->work_bytes);
     s->gd = (char*)s->work + atom_reals * sizeof(real);
+    if (!s->tables) s->edge_groups = 1; /* the exact filter networks: one block per atom */
+    if (s->edge_groups > 1) {
+        TN_ALLOC(s->split, N * (size_t)s->edge_groups * TN_NI * Fz * sizeof(real));
+        TN_ALLOC(s->split_count, N * sizeof(int));
+        if (cudaMemset(s->split_count, 0, N * sizeof(int)) != cudaSuccess)
+            return nnp_fail(NNP_ERR_CUDA, "clearing the edge groups' counts: %s", cudaGetErrorString(cudaGetLastError()));
+    }
     if (cudaHostAlloc((void**)&s->host_flags, sizeof(TN_FLAG_CLEAR), cudaHostAllocMapped) != cudaSuccess ||
         cudaHostGetDevicePointer((void**)&s->host_flags_dev, s->host_flags, 0) != cudaSuccess) {
         cudaGetLastError();
@@ -1997,6 +2282,7 @@ template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, c
     b.gtn = p, p += n * F;
     b.S1 = p, p += n * 10 * F;
     b.S2 = p, p += n * 10 * F;
+    b.S3 = p, p += n * 10 * F;
     b.ln = p, p += n * F;
     b.a1 = p, p += n * 2 * F;
     b.gn = p, p += n * 3 * F;
@@ -2014,6 +2300,7 @@ template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, c
     b.gB = p, p += n * (size_t)N.wide;
     b.fac = p;
     b.gd = (real*)s->gd;
+    b.split = (real*)s->split, b.split_count = s->split_count;
     b.gu = b.gd + E;
     b.atom_e = s->atom_e;
     return b;
@@ -2025,20 +2312,21 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
     const tn_model* tm = (const tn_model*)plan->model->family_data;
     const int n = s->n;
     const int forces = io->forces_format != NNP_FORCES_NONE;
+    const bool pdl = TN_PDL; /* every kernel but the first a programmatic dependent launch (pdl_wait) */
     if (n > 0) {
         const int* index_of = NULL;
         if (io->sorted_particles != NULL) {
-            k_inverse_order<<<(io->n_particles + 127) / 128, 128, 0, stream>>>(io->sorted_particles, io->n_particles, s->index_of);
+            launch_k(false, k_inverse_order, dim3((io->n_particles + 127) / 128), dim3(128), 0, stream, io->sorted_particles,
+                     io->n_particles, s->index_of);
             index_of = s->index_of;
         }
-        k_tn_positions<<<(n + 127) / 128, 128, 0, stream>>>(io->positions, (int)io->positions_format, index_of, s->particle, n,
-                                                                   to_model, (nnp_double4*)s->pos, s->force_index, s->flags);
+        launch_k(pdl && io->sorted_particles != NULL, k_tn_positions, dim3((n + 127) / 128), dim3(128), 0, stream, io->positions,
+                 (int)io->positions_format, index_of, s->particle, n, to_model, (nnp_double4*)s->pos, s->force_index, s->flags, s->atom_e,
+                 forces ? s->force : (double*)NULL);
         const double rc = tm->cutoff;
-        k_tn_neighbors<<<(n + TN_NBR_WARPS - 1) / TN_NBR_WARPS, 32 * TN_NBR_WARPS, 0, stream>>>(
-            (const nnp_double4*)s->pos, s->batch, s->order, s->batch_start, n, s->cap, rc * rc, box, s->nbr_n, s->nbr_j, (nnp_double4*)s->nbr_r,
-            s->flags);
-        CUDA_TRY(cudaMemsetAsync(s->atom_e, 0, (size_t)n * sizeof(double), stream));
-        if (forces) CUDA_TRY(cudaMemsetAsync(s->force, 0, 3 * (size_t)n * sizeof(double), stream));
+        launch_k(pdl, k_tn_neighbors, dim3((n + TN_NBR_WARPS - 1) / TN_NBR_WARPS), dim3(32 * TN_NBR_WARPS), 0, stream,
+                 (const nnp_double4*)s->pos, s->batch, s->order, s->batch_start, n, s->cap, rc * rc, box, s->nbr_n, s->nbr_j,
+                 (nnp_double4*)s->nbr_r, s->flags);
         const TnNet<real>* nets = (const TnNet<real>*)s->nets;
         const TnLayer<real>* layers = (const TnLayer<real>*)s->layers;
         const double scale = 1.0 / (s->last - s->first);
@@ -2050,12 +2338,16 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             auto chan = [&](const Lin<real>* W, bool backward, const real* in, real* out) {
                 ChanW<real> M;
                 for (int q = 0; q < 3; q++) M.m[q] = backward ? W[q].w : W[q].wt;
-                if constexpr (sizeof(real) == sizeof(float))
-                    k_tn_chan_tc<<<dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3), 128, 0, stream>>>(M, N.F, in, out, n);
-                else if (n >= TN_GEMM_WIDE_ATOMS) /* float64 */
-                    k_tn_chan<real, 2><<<dim3((n + 7) / 8, (N.F + 31) / 32), 128, 0, stream>>>(M, N.F, in, out, n);
+                if constexpr (sizeof(real) == sizeof(float)) {
+                    if (n <= TN_CHAN_SMALL_ATOMS && N.F <= 256)
+                        launch_k(pdl, k_tn_chan_small, dim3((6 * n + 15) / 16, (N.F + 31) / 32, 3), dim3(128),
+                                 (size_t)48 * N.F * sizeof(float), stream, M, N.F, in, out, n);
+                    else
+                        launch_k(pdl, k_tn_chan_tc, dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3), dim3(128), 0, stream, M, N.F, in, out, n);
+                } else if (n >= TN_GEMM_WIDE_ATOMS) /* float64 */
+                    launch_k(pdl, k_tn_chan<real, 2>, dim3((n + 7) / 8, (N.F + 31) / 32), dim3(128), 0, stream, M, N.F, in, out, n);
                 else
-                    k_tn_chan<real, 1><<<dim3((n + 3) / 4, (N.F + 31) / 32), 128, 0, stream>>>(M, N.F, in, out, n);
+                    launch_k(pdl, k_tn_chan<real, 1>, dim3((n + 3) / 4, (N.F + 31) / 32), dim3(128), 0, stream, M, N.F, in, out, n);
             };
             /* z = L x (+ b) per atom (forward) or Lᵀ g (backward), then EPI (k_tn_rows) */
             auto rows = [&](const Lin<real>& Lw, bool backward, int epi, const real* in, real* out, real* out2, const real* aux) {
@@ -2066,30 +2358,64 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 io.in = in, io.out = out, io.out2 = out2, io.aux = aux;
                 io.ld_in = io.kn, io.ld_out = io.on, io.ld_aux = io.on;
                 const dim3 grid((n + 15) / 16, (io.on + 31) / 32);
-                if (epi == TN_EPI_SILU) k_tn_rows<real, TN_EPI_SILU><<<grid, 128, 0, stream>>>(io, n);
-                else if (epi == TN_EPI_DSILU) k_tn_rows<real, TN_EPI_DSILU><<<grid, 128, 0, stream>>>(io, n);
-                else k_tn_rows<real, TN_EPI_NONE><<<grid, 128, 0, stream>>>(io, n);
+                const size_t small = (size_t)48 * io.kn * sizeof(real);
+                if (n <= TN_ROWS_SMALL_ATOMS && small <= s->rows_small_smem) {
+                    if (epi == TN_EPI_SILU)
+                        launch_k(pdl, k_tn_rows_small<real, TN_EPI_SILU>, dim3(grid), dim3(128), small, stream, io, n);
+                    else if (epi == TN_EPI_DSILU)
+                        launch_k(pdl, k_tn_rows_small<real, TN_EPI_DSILU>, dim3(grid), dim3(128), small, stream, io, n);
+                    else
+                        launch_k(pdl, k_tn_rows_small<real, TN_EPI_NONE>, dim3(grid), dim3(128), small, stream, io, n);
+                } else if (epi == TN_EPI_SILU)
+                    launch_k(pdl, k_tn_rows<real, TN_EPI_SILU>, dim3(grid), dim3(128), 0, stream, io, n);
+                else if (epi == TN_EPI_DSILU)
+                    launch_k(pdl, k_tn_rows<real, TN_EPI_DSILU>, dim3(grid), dim3(128), 0, stream, io, n);
+                else
+                    launch_k(pdl, k_tn_rows<real, TN_EPI_NONE>, dim3(grid), dim3(128), 0, stream, io, n);
             };
-            k_tn_embed<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            /* a channel linear and the per-channel step after it (TN_CH_*): fused for few atoms */
+            const size_t fused_smem = ((size_t)3 * N.F * 32 + (size_t)4 * TN_NI * N.F) * sizeof(real);
+            auto chan_step = [&](const Lin<real>* W, bool backward, int epi, const real* in, real* out, int l) {
+                if (n <= TN_CHAN_FUSED_ATOMS && fused_smem <= s->rows_small_smem) {
+                    ChanW<real> M;
+                    for (int q = 0; q < 3; q++) M.m[q] = backward ? W[q].w : W[q].wt;
+                    const dim3 grid((n + 3) / 4, (N.F + 31) / 32);
+                    if (epi == TN_CH_X0)
+                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_X0>, dim3(grid), dim3(128), fused_smem, stream, M, N, b, in, out, l);
+                    else if (epi == TN_CH_UPDATE)
+                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_UPDATE>, dim3(grid), dim3(128), fused_smem, stream, M, N, b, in, out, l);
+                    else
+                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_BX>, dim3(grid), dim3(128), fused_smem, stream, M, N, b, in, out, l);
+                    return;
+                }
+                chan(W, backward, in, out);
+                if (epi == TN_CH_X0)
+                    launch_k(pdl, k_tn_x0<real>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b);
+                else if (epi == TN_CH_UPDATE)
+                    launch_k(pdl, k_tn_update<real>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, l);
+                else
+                    launch_k(pdl, k_tn_bx<real>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, l);
+            };
+            const unsigned eg = (unsigned)s->edge_groups;
+            launch_k(pdl, k_tn_embed<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, b);
             rows(N.els[0], false, TN_EPI_SILU, b.ln, b.h1, b.a1, NULL);
             rows(N.els[1], false, TN_EPI_SILU, b.a1, b.h2, b.nrm, NULL);
-            chan(N.elt, false, b.S1, b.WT);
-            k_tn_x0<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b);
+            chan_step(N.elt, false, TN_CH_X0, b.S1, b.WT, 0);
             for (int l = 0; l < N.L; l++) {
-                chan(Ly[l].llt, false, b.S1, b.Yirr + (size_t)l * n * TN_NI * N.F);
-                k_tn_layer_b<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
-                chan(Ly[l].llt + 3, false, b.S1, b.S2);
-                k_tn_update<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b, l);
+                chan(Ly[l].llt, false, b.S3, b.Yirr + (size_t)l * n * TN_NI * N.F);
+                launch_k(pdl, k_tn_layer_b<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
+                chan_step(Ly[l].llt + 3, false, TN_CH_UPDATE, b.S1, b.S2, l);
             }
             /* the output: LayerNorm, SiLU(linear), the head (SiLU between its layers), the energies */
-            k_tn_out_a<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
+            launch_k(pdl, k_tn_out_a<real>, dim3(n), dim3(TN_THREADS), s->smem, stream, N, b);
             rows(N.linear, false, TN_EPI_SILU, b.oy, b.oyl, b.oh, NULL);
             size_t off[TN_MAX_HEAD];
             for (int h = 0, o = 0; h < N.H; o += N.head[h].n_out, h++) off[h] = (size_t)o * n;
             for (int h = 0; h < N.H; h++)
                 rows(N.head[h], false, h < N.H - 1 ? TN_EPI_SILU : TN_EPI_NONE, h == 0 ? b.oh : b.hact + off[h - 1], b.hpre + off[h],
                      b.hact + off[h], NULL);
-            k_tn_out_e<real><<<(n + 127) / 128, 128, 0, stream>>>(N, b, b.hpre + off[N.H - 1], forces ? b.gA : (real*)NULL, scale);
+            launch_k(pdl, k_tn_out_e<real>, dim3((n + 127) / 128), dim3(128), 0, stream, N, b, b.hpre + off[N.H - 1],
+                     forces ? b.gA : (real*)NULL, scale);
             if (!forces) continue;
             /* the output backward: the head, the linear, the LayerNorm */
             real *g = b.gA, *g2 = b.gB;
@@ -2099,31 +2425,27 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 g = g2, g2 = t;
             }
             rows(N.linear, true, TN_EPI_NONE, g, g2, NULL, NULL);
-            k_tn_out_b<real><<<n, TN_THREADS, s->smem, stream>>>(N, b, g2);
-            CUDA_TRY(cudaMemsetAsync(s->gd, 0, s->edge_bytes, stream));
-            k_tn_bt<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b, N.L - 1);
+            launch_k(pdl, k_tn_out_b<real>, dim3(n), dim3(TN_THREADS), s->smem, stream, N, b, g2);
             for (int l = N.L - 1; l >= 0; l--) {
-                chan(Ly[l].llt + 3, true, b.S1, b.S2);
-                k_tn_b1<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
-                k_tn_b2<real><<<n, TN_THREADS, s->smem, stream>>>(N, Ly[l], b, l);
-                chan(Ly[l].llt, true, b.S1, b.S2);
-                k_tn_bx<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b, l);
+                chan(Ly[l].llt + 3, true, b.S3, b.S2);
+                launch_k(pdl, k_tn_b1<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
+                launch_k(pdl, k_tn_b2<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
+                chan_step(Ly[l].llt, true, TN_CH_BX, b.S1, b.S2, l);
             }
-            k_tn_eb1<real><<<ew, TN_EW_THREADS, 0, stream>>>(N, b);
+            if (N.L == 0) launch_k(pdl, k_tn_eb1<real>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b);
             rows(N.els[1], true, TN_EPI_DSILU, b.gn, b.a1, NULL, b.h1); /* a1: dE/dh1 */
             rows(N.els[0], true, TN_EPI_NONE, b.a1, b.ln, NULL, NULL);  /* ln: dE/dln */
-            k_tn_ln_back<real><<<(unsigned)(((size_t)n * 32 + 127) / 128), 128, 0, stream>>>(N, b);
-            chan(N.elt, true, b.S1, b.S2);
-            k_tn_eb2<real><<<n, TN_THREADS, s->smem, stream>>>(N, b);
-            k_tn_edge_forces<real><<<(unsigned)(((size_t)n * s->cap + 127) / 128), 128, 0, stream>>>(b, scale * force_factor, s->edge_f);
-            k_tn_gather<real><<<(unsigned)(((size_t)n * 32 + 127) / 128), 128, 0, stream>>>(b, s->edge_f, s->force);
+            launch_k(pdl, k_tn_ln_back<real>, dim3((unsigned)(((size_t)n * 32 + 127) / 128)), dim3(128), 0, stream, N, b);
+            chan(N.elt, true, b.S3, b.S2);
+            launch_k(pdl, k_tn_eb2<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, b);
+            TnForcesOut fo = {NULL, io->forces_format == NNP_FORCES_FIXED_POINT, s->force_index, io->forces_stride};
+            if (k == s->last - s->first - 1) fo.out = io->forces; /* the last member: the sums to the caller */
+            launch_k(pdl, k_tn_gather<real>, dim3((unsigned)(((size_t)n * 32 + 127) / 128)), dim3(128), 0, stream, b, scale * force_factor,
+                     s->force, fo);
         }
-        if (forces)
-            k_tn_forces_out<<<(n + 127) / 128, 128, 0, stream>>>(s->force, n, io->forces_format == NNP_FORCES_FIXED_POINT,
-                                                                 s->force_index, io->forces, io->forces_stride);
     }
-    k_tn_finish<<<1, 256, 0, stream>>>(s->atom_e, s->order, s->batch_start, s->n_batches, s->mean_sum, energy_unit,
-                                       s->base.batch_energy, io->energy, io->energy_is_double, s->flags, s->host_flags_dev);
+    launch_k(pdl && n > 0, k_tn_finish, dim3(1), dim3(256), 0, stream, s->atom_e, s->order, s->batch_start, s->n_batches, s->mean_sum,
+             energy_unit, s->base.batch_energy, io->energy, io->energy_is_double, s->flags, s->host_flags_dev);
     CUDA_TRY(cudaGetLastError());
     return NNP_OK;
 }
