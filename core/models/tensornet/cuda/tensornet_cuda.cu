@@ -11,13 +11,13 @@
  *   neighbours  one warp per atom: the atoms of its batch within the cutoff, in index order
  *               (ballot compaction), minimum image; capacity and coincident atoms flagged
  *   per member: the embedding (k_tn_embed: edge sum, parts, norm MLP; the channel linear elt;
- *               k_tn_x0), each interaction layer (its first channel linear: Y; k_tn_layer_b:
- *               messages, the product; its second channel linear; k_tn_update), the output
+ *               x0_step), each interaction layer (its first channel linear: Y; k_tn_layer_b:
+ *               messages, the product; its second channel linear; update_step), the output
  *               (k_tn_out: energy per atom, and dE/dX; k_tn_out_b also the last layer's update
  *               backward), then with forces the layers backward (per layer the second linear's
  *               backward, k_tn_b1: dE/dM, dE/dY, each edge's dE/dd; k_tn_b2: dE/dY gathered over the
- *               edges, no atomics; the first linear's backward; k_tn_bx: dE/dX of the layer's input,
- *               and for layer 0 the embedding backward's first step, else k_tn_eb1), the embedding
+ *               edges, no atomics; the first linear's backward; bx_step: dE/dX of the layer's input,
+ *               and for layer 0 the embedding backward's first step, embed_back1), the embedding
  *               backward (elt's backward, k_tn_eb2: dE/dd, dE/du of every edge) and the forces
  *               (k_tn_gather: per atom, in double, no atomics; the last member's to the caller)
  *   finish      per-batch energies in a fixed order, the total, error flags to mapped host memory
@@ -26,8 +26,8 @@
  * each thread summing its channels over the edges in registers; with the tables and few atoms (fewer
  * than TN_BLOCKS_PER_SM blocks per SM), the per-edge kernels run up to TN_EDGE_GROUPS blocks per
  * atom, each every G-th edge, and the last block of an atom adds the groups' sums in group order
- * (group_sum); the per-channel steps after a linear (k_tn_x0, k_tn_update, k_tn_bx) run one thread
- * per atom channel, or for few atoms inside the linear (k_tn_chan_fused). Every kernel but the
+ * (group_sum); the per-channel steps after a linear (x0_step, update_step, bx_step) run one thread
+ * per atom channel (k_tn_step), or for few atoms inside the linear (k_tn_chan_fused). Every kernel but the
  * first is a programmatic dependent launch (TN_PDL; pdl_start at its top), and no memset lies
  * between them. Every sum is formed in a fixed order, so the same inputs give the same bits. Inside
  * stream capture nothing is allocated, copied from the host, synchronised or loaded.
@@ -765,6 +765,25 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
     }
 }
 
+/* The one-round small GEMMs' parts (k_tn_chan_small, k_tn_rows_small, k_tn_chan_fused): columns
+   o0 .. o0 + 31 of M (K × ld, row-major; 0 from column on) into shared memory as K × 32, by the
+   block's 128 threads; and a lane's 4 sums over k in order (fused multiply-adds) of rows x (4 × K)
+   against its column. */
+template <typename real> __device__ __forceinline__ void load_columns(real* ws, const real* __restrict__ M, int K, int on, int o0) {
+    for (int q = threadIdx.x; q < K * 32; q += 128) {
+        const int k = q >> 5, o = o0 + (q & 31);
+        ws[q] = o < on ? M[(size_t)k * on + o] : real(0);
+    }
+}
+template <typename real> __device__ __forceinline__ void dot4_columns(const real* ws, const real* x, int K, int lane, real (&acc)[4]) {
+#pragma unroll 4
+    for (int k = 0; k < K; k++) {
+        const real w = ws[k * 32 + lane];
+#pragma unroll
+        for (int r = 0; r < 4; r++) acc[r] = fma_of(x[(size_t)r * K + k], w, acc[r]);
+    }
+}
+
 /*
  * float32, few atoms (TN_CHAN_SMALL_ATOMS, F <= 256): the channel linears in one round of loads. A block
  * computes 16 rows of part p (blockIdx.z, as in k_tn_chan_tc) × 32 outputs over all of k: M_p's
@@ -785,23 +804,14 @@ __global__ void __launch_bounds__(128) k_tn_chan_small(const ChanW<float> W, int
     const float* M = p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2]);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t F10 = (size_t)TN_NI * F;
-    for (int q = threadIdx.x; q < F * 32; q += 128) {
-        const int k = q >> 5, o = o0 + (q & 31);
-        ws[q] = o < F ? M[(size_t)k * F + o] : 0.0f;
-    }
+    load_columns(ws, M, F, F, o0);
     for (int q = threadIdx.x; q < 16 * F; q += 128) {
         const int r = q / F, k = q - r * F, row = r0 + r;
         xs[q] = row < rows ? in[(size_t)(row / nc) * F10 + (size_t)(c0 + row % nc) * F + k] : 0.0f;
     }
     __syncthreads();
     float acc[4] = {0, 0, 0, 0};
-    const float* x0 = xs + (size_t)(4 * warp) * F;
-#pragma unroll 4
-    for (int k = 0; k < F; k++) {
-        const float w = ws[k * 32 + lane];
-#pragma unroll
-        for (int r = 0; r < 4; r++) acc[r] = fmaf(x0[(size_t)r * F + k], w, acc[r]);
-    }
+    dot4_columns(ws, xs + (size_t)(4 * warp) * F, F, lane, acc);
     const int o = o0 + lane;
     if (o >= F) return;
 #pragma unroll
@@ -830,6 +840,23 @@ template <typename real> struct RowsIO {
     const real* aux;  /* rows of on, ld_aux apart (TN_EPI_DSILU) */
     int ld_in, ld_out, ld_aux;
 };
+/* The epilogue of the row GEMMs: rows a0 .. a0 + R − 1 (those < n) at output o from the sums acc. */
+template <typename real, int EPI, int R>
+__device__ __forceinline__ void rows_out(const RowsIO<real>& io, int n, int a0, int o, const real (&acc)[R]) {
+    if (o >= io.on) return;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int a = a0 + r;
+        if (a >= n) continue;
+        const real z = acc[r] + (io.bias ? io.bias[o] : real(0));
+        if (EPI == TN_EPI_DSILU) {
+            io.out[(size_t)a * io.ld_out + o] = z * silu_d(io.aux[(size_t)a * io.ld_aux + o]);
+        } else {
+            io.out[(size_t)a * io.ld_out + o] = z;
+            if (EPI == TN_EPI_SILU) io.out2[(size_t)a * io.ld_out + o] = silu(z);
+        }
+    }
+}
 template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_rows(const RowsIO<real> io, int n) {
     pdl_start();
     typedef typename real4_of<real>::type real4;
@@ -883,19 +910,7 @@ template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_ro
             }
         }
     }
-    if (o >= io.on) return;
-#pragma unroll
-    for (int r = 0; r < RW; r++) {
-        const int a = r0 + warp * RW + r;
-        if (a >= n) continue;
-        const real z = acc[r] + (io.bias ? io.bias[o] : real(0));
-        if (EPI == TN_EPI_DSILU) {
-            io.out[(size_t)a * io.ld_out + o] = z * silu_d(io.aux[(size_t)a * io.ld_aux + o]);
-        } else {
-            io.out[(size_t)a * io.ld_out + o] = z;
-            if (EPI == TN_EPI_SILU) io.out2[(size_t)a * io.ld_out + o] = silu(z);
-        }
-    }
+    rows_out<real, EPI, RW>(io, n, r0 + warp * RW, o, acc);
 }
 
 /* The same GEMM for few atoms (TN_ROWS_SMALL_ATOMS): M's 32 columns (kn × 32) and the block's 16 rows
@@ -908,36 +923,15 @@ template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_ro
     real* xs = ms + (size_t)io.kn * 32; /* 16 × kn */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int r0 = blockIdx.x * 16, o0 = blockIdx.y * 32, o = o0 + lane, kn = io.kn;
-    for (int q = threadIdx.x; q < kn * 32; q += 128) {
-        const int k = q >> 5, oq = o0 + (q & 31);
-        ms[q] = oq < io.on ? io.M[(size_t)k * io.on + oq] : real(0);
-    }
+    load_columns(ms, io.M, kn, io.on, o0);
     for (int q = threadIdx.x; q < 16 * kn; q += 128) {
         const int r = q / kn, k = q - r * kn, a = r0 + r;
         xs[q] = a < n ? io.in[(size_t)a * io.ld_in + k] : real(0);
     }
     __syncthreads();
     real acc[4] = {0, 0, 0, 0};
-    const real* x0 = xs + (size_t)(4 * warp) * kn;
-#pragma unroll 4
-    for (int k = 0; k < kn; k++) {
-        const real w = ms[k * 32 + lane];
-#pragma unroll
-        for (int r = 0; r < 4; r++) acc[r] += w * x0[(size_t)r * kn + k];
-    }
-    if (o >= io.on) return;
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        const int a = r0 + 4 * warp + r;
-        if (a >= n) continue;
-        const real z = acc[r] + (io.bias ? io.bias[o] : real(0));
-        if (EPI == TN_EPI_DSILU) {
-            io.out[(size_t)a * io.ld_out + o] = z * silu_d(io.aux[(size_t)a * io.ld_aux + o]);
-        } else {
-            io.out[(size_t)a * io.ld_out + o] = z;
-            if (EPI == TN_EPI_SILU) io.out2[(size_t)a * io.ld_out + o] = silu(z);
-        }
-    }
+    dot4_columns(ms, xs + (size_t)(4 * warp) * kn, kn, lane, acc);
+    rows_out<real, EPI, 4>(io, n, r0 + 4 * warp, o, acc);
 }
 
 /* Z_ij = emb2(emb(z_i) ‖ emb(z_j)) split per element, once per plan (outside any evaluation):
@@ -1155,16 +1149,6 @@ template <typename real> __device__ __forceinline__ void x0_step(const TnNet<rea
     normalized_parts(m, t);
     st(b.S3 + (size_t)i * TN_NI * F, F, f, t);
 }
-/* ... after the channel linear (k_tn_chan*: WT). One thread per atom channel. */
-template <typename real> __global__ void k_tn_x0(const TnNet<real> N, const TnBuf<real> b) {
-    pdl_start();
-    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= (size_t)b.n * N.F) return;
-    const int i = (int)(q / N.F), f = (int)(q % N.F);
-    real wt[TN_NI];
-    ld(b.WT + (size_t)i * TN_NI * N.F, N.F, f, wt);
-    x0_step(N, b, i, f, wt);
-}
 
 /* Layer l, atom i (block), after its first channel linear (Y in Yirr): messages M_i = Σ_j f(d_ij) ⊙
    Y_j, the product B = cq (M Y + Y M) (O(3)) or 2 Y M (SO(3)), and the parts of B / (|B|² + 1)
@@ -1259,16 +1243,6 @@ __device__ __forceinline__ void update_step(const TnNet<real>& N, const TnBuf<re
         normalized_parts(Xo, t);
         st(b.S3 + (size_t)i * TN_NI * F, F, f, t);
     }
-}
-/* ... after the channel linear (k_tn_chan*: D's parts in S2). One thread per atom channel. */
-template <typename real> __global__ void k_tn_update(const TnNet<real> N, const TnBuf<real> b, int l) {
-    pdl_start();
-    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= (size_t)b.n * N.F) return;
-    const int i = (int)(q / N.F), f = (int)(q % N.F);
-    real Dt[TN_NI];
-    ld(b.S2 + (size_t)i * TN_NI * N.F, N.F, f, Dt);
-    update_step(N, b, l, i, f, Dt);
 }
 
 /* The output, part 1, atom i (block): the parts T of X^L (into S1, for part 2), x = (3|I|², |A|²,
@@ -1561,15 +1535,6 @@ template <typename real> __device__ __forceinline__ void embed_back1(const TnNet
     st(b.S3 + (size_t)i * F10, F, f, gw);
     for (int p = 0; p < 3; p++) b.gn[(size_t)i * 3 * F + p * F + f] = g3[p] * silu_d(h2[p * F + f]);
 }
-/* ... as its own kernel for a model without interaction layers (else k_tn_bx of layer 0 runs it). */
-template <typename real> __global__ void k_tn_eb1(const TnNet<real> N, const TnBuf<real> b) {
-    pdl_start();
-    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= (size_t)b.n * N.F) return;
-    real m[9];
-    ld(b.gX + (q / N.F) * 9 * N.F, N.F, (int)(q % N.F), m);
-    embed_back1(N, b, (int)(q / N.F), (int)(q % N.F), m);
-}
 
 /* After the first channel linear's backward (dE/dT's parts in S2), atom channel (j, f): dE/dX^l =
    the adjoint of X / (|X|² + 1) applied to the parts' and the direct path's gradient, into gX; then
@@ -1592,17 +1557,39 @@ __device__ __forceinline__ void bx_step(const TnNet<real>& N, const TnBuf<real>&
     for (int c = 0; c < 9; c++) go[c] = gXn[c] / nx - real(2) * x[c] * dot / (nx * nx);
     st(gX, F, f, go);
     if (l > 0) update_back(b, F, l - 1, j, f, go);
-    else embed_back1(N, b, j, f, go); /* k_tn_eb1's work */
+    else embed_back1(N, b, j, f, go);
 }
-/* ... after the channel linear's backward (k_tn_chan*: S2). One thread per atom channel. */
-template <typename real> __global__ void k_tn_bx(const TnNet<real> N, const TnBuf<real> b, int l) {
+
+/* The per-channel steps after a channel linear, for atom channel (i, f) given its 10 outputs t:
+   x0_step (t: WT, also stored), update_step, bx_step. k_tn_step runs them as their own kernels, one
+   thread per atom channel, reading t from WT or S2 (TN_CH_EB1: embed_back1 from gX, for a model
+   without interaction layers, where no bx_step of layer 0 runs it); k_tn_chan_fused inside the
+   linear. */
+enum { TN_CH_X0 = 1, TN_CH_UPDATE = 2, TN_CH_BX = 3, TN_CH_EB1 = 4 };
+template <typename real, int STEP>
+__device__ __forceinline__ void channel_step(const TnNet<real>& N, const TnBuf<real>& b, int l, int i, int f, const real (&t)[TN_NI]) {
+    if (STEP == TN_CH_X0) {
+        st(b.WT + (size_t)i * TN_NI * N.F, N.F, f, t); /* kept for the backward */
+        x0_step(N, b, i, f, t);
+    }
+    if (STEP == TN_CH_UPDATE) update_step(N, b, l, i, f, t);
+    if (STEP == TN_CH_BX) bx_step(N, b, l, i, f, t);
+}
+template <typename real, int STEP> __global__ void k_tn_step(const TnNet<real> N, const TnBuf<real> b, int l) {
     pdl_start();
     const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= (size_t)b.n * N.F) return;
-    const int j = (int)(q / N.F), f = (int)(q % N.F);
-    real g[TN_NI];
-    ld(b.S2 + (size_t)j * TN_NI * N.F, N.F, f, g);
-    bx_step(N, b, l, j, f, g);
+    const int i = (int)(q / N.F), f = (int)(q % N.F);
+    if (STEP == TN_CH_EB1) {
+        real m[9];
+        ld(b.gX + (size_t)i * 9 * N.F, N.F, f, m);
+        embed_back1(N, b, i, f, m);
+        return;
+    }
+    real t[TN_NI];
+    ld((STEP == TN_CH_X0 ? b.WT : b.S2) + (size_t)i * TN_NI * N.F, N.F, f, t);
+    if (STEP != TN_CH_X0) channel_step<real, STEP>(N, b, l, i, f, t);
+    else x0_step(N, b, i, f, t); /* WT is already stored */
 }
 
 /*
@@ -1614,10 +1601,9 @@ template <typename real> __global__ void k_tn_bx(const TnNet<real> N, const TnBu
  * order (fused multiply-adds: k_tn_chan_small's bits in float32). The steps write their parts to
  * S3, never the linear's input, which other blocks may still be reading.
  */
-enum { TN_CH_X0 = 1, TN_CH_UPDATE = 2, TN_CH_BX = 3 };
 template <typename real, int EPI>
 __global__ void __launch_bounds__(128)
-    k_tn_chan_fused(const ChanW<real> W, const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ in, real* __restrict__ out, int l) {
+    k_tn_chan_fused(const ChanW<real> W, const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ in, int l) {
     pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
     const int F = N.F, n = b.n;
@@ -1626,10 +1612,7 @@ __global__ void __launch_bounds__(128)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int a0 = blockIdx.x * 4, o0 = blockIdx.y * 32;
     const size_t F10 = (size_t)TN_NI * F;
-    for (int q = threadIdx.x; q < 3 * F * 32; q += 128) {
-        const int p = q / (F * 32), r = q - p * F * 32, k = r >> 5, o = o0 + (r & 31);
-        ws[q] = o < F ? W.m[p][(size_t)k * F + o] : real(0);
-    }
+    for (int p = 0; p < 3; p++) load_columns(ws + (size_t)p * F * 32, W.m[p], F, F, o0);
     for (int q = threadIdx.x; q < 4 * (int)F10; q += 128) { /* the 4 atoms' rows lie together */
         const int a = a0 + q / (int)F10;
         xs[q] = a < n ? in[(size_t)a0 * F10 + q] : real(0);
@@ -1647,12 +1630,7 @@ __global__ void __launch_bounds__(128)
     }
     const int i = a0 + warp, f = o0 + lane;
     if (i >= n || f >= F) return;
-    if (EPI == TN_CH_X0) {
-        st(out + (size_t)i * F10, F, f, acc); /* WT, kept for the backward */
-        x0_step(N, b, i, f, acc);
-    }
-    if (EPI == TN_CH_UPDATE) update_step(N, b, l, i, f, acc);
-    if (EPI == TN_CH_BX) bx_step(N, b, l, i, f, acc);
+    channel_step<real, EPI>(N, b, l, i, f, acc);
 }
 
 /* The LayerNorm of |Xe|² backward, one warp per atom: from dE/dln (in ln) to dE/d|Xe|² (gtn). The
@@ -2381,20 +2359,20 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                     for (int q = 0; q < 3; q++) M.m[q] = backward ? W[q].w : W[q].wt;
                     const dim3 grid((n + 3) / 4, (N.F + 31) / 32);
                     if (epi == TN_CH_X0)
-                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_X0>, dim3(grid), dim3(128), fused_smem, stream, M, N, b, in, out, l);
+                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_X0>, grid, dim3(128), fused_smem, stream, M, N, b, in, l);
                     else if (epi == TN_CH_UPDATE)
-                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_UPDATE>, dim3(grid), dim3(128), fused_smem, stream, M, N, b, in, out, l);
+                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_UPDATE>, grid, dim3(128), fused_smem, stream, M, N, b, in, l);
                     else
-                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_BX>, dim3(grid), dim3(128), fused_smem, stream, M, N, b, in, out, l);
+                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_BX>, grid, dim3(128), fused_smem, stream, M, N, b, in, l);
                     return;
                 }
                 chan(W, backward, in, out);
                 if (epi == TN_CH_X0)
-                    launch_k(pdl, k_tn_x0<real>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b);
+                    launch_k(pdl, k_tn_step<real, TN_CH_X0>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
                 else if (epi == TN_CH_UPDATE)
-                    launch_k(pdl, k_tn_update<real>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, l);
+                    launch_k(pdl, k_tn_step<real, TN_CH_UPDATE>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, l);
                 else
-                    launch_k(pdl, k_tn_bx<real>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, l);
+                    launch_k(pdl, k_tn_step<real, TN_CH_BX>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, l);
             };
             const unsigned eg = (unsigned)s->edge_groups;
             launch_k(pdl, k_tn_embed<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, b);
@@ -2432,7 +2410,7 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 launch_k(pdl, k_tn_b2<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
                 chan_step(Ly[l].llt, true, TN_CH_BX, b.S1, b.S2, l);
             }
-            if (N.L == 0) launch_k(pdl, k_tn_eb1<real>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b);
+            if (N.L == 0) launch_k(pdl, k_tn_step<real, TN_CH_EB1>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
             rows(N.els[1], true, TN_EPI_DSILU, b.gn, b.a1, NULL, b.h1); /* a1: dE/dh1 */
             rows(N.els[0], true, TN_EPI_NONE, b.a1, b.ln, NULL, NULL);  /* ln: dE/dln */
             launch_k(pdl, k_tn_ln_back<real>, dim3((unsigned)(((size_t)n * 32 + 127) / 128)), dim3(128), 0, stream, N, b);
