@@ -237,7 +237,9 @@ int main(int argc, char** argv) {
                 compare(name, model, dense, -1, prec);
             }
             compare(name, model, many, 0, NNP_PRECISION_SINGLE);
-        } else {
+        } else { /* the few-atom kernels (one molecule, both precisions) and the many-atom ones */
+            compare(name, model, one, -1, NNP_PRECISION_SINGLE);
+            compare(name, model, one, -1, NNP_PRECISION_DOUBLE);
             compare(name, model, many, -1, NNP_PRECISION_SINGLE);
             compare(name, model, dense, -1, NNP_PRECISION_SINGLE);
         }
