@@ -1280,17 +1280,25 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_out_
 }
 
 /* The atoms' energies from the head's last output (· std + atomref, × scale into atom_e), and with
-   forces dE/d(that output) = std into g. One thread per atom. */
+   forces the head's last layer backward: dE/d(its output) is std at the energy's column and 0 at the
+   others, so dE/d(its input) is std · that row of its weight, times SiLU' of the input's
+   pre-activation (aux, n_in per atom) into g (the row GEMM's sum and epilogue, in one step). One
+   warp per atom, lanes over the inputs. */
 template <typename real>
-__global__ void k_tn_out_e(const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ last, real* __restrict__ g, double scale) {
+__global__ void k_tn_out_e(const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ last, real* __restrict__ g,
+                           const real* __restrict__ aux, double scale) {
     pdl_start();
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int i = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
     if (i >= b.n) return;
-    const int on = N.head[N.H - 1].n_out;
-    const double e = (double)last[(size_t)i * on + on - 1] * (double)N.stdv + (N.atomref ? N.atomref[b.z[i]] : 0.0);
-    b.atom_e[i] += scale * e;
+    const Lin<real>& Lh = N.head[N.H - 1];
+    const int on = Lh.n_out, ni = Lh.n_in;
+    if (lane == 0) {
+        const double e = (double)last[(size_t)i * on + on - 1] * (double)N.stdv + (N.atomref ? N.atomref[b.z[i]] : 0.0);
+        b.atom_e[i] += scale * e;
+    }
     if (g)
-        for (int c = 0; c < on; c++) g[(size_t)i * on + c] = c == on - 1 ? N.stdv : real(0);
+        for (int o = lane; o < ni; o += 32)
+            g[(size_t)i * ni + o] = (N.stdv * Lh.w[(size_t)(on - 1) * ni + o] + real(0)) * silu_d(aux[(size_t)i * ni + o]);
 }
 
 /* The parts of dE/d(dX) of layer l for its second channel linear, into S3, given dE/dX^{l+1}
@@ -2392,12 +2400,13 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             for (int h = 0; h < N.H; h++)
                 rows(N.head[h], false, h < N.H - 1 ? TN_EPI_SILU : TN_EPI_NONE, h == 0 ? b.oh : b.hact + off[h - 1], b.hpre + off[h],
                      b.hact + off[h], NULL);
-            launch_k(pdl, k_tn_out_e<real>, dim3((n + 127) / 128), dim3(128), 0, stream, N, b, b.hpre + off[N.H - 1],
-                     forces ? b.gA : (real*)NULL, scale);
+            /* with forces, also the head's last layer backward into gA */
+            launch_k(pdl, k_tn_out_e<real>, dim3((unsigned)(((size_t)n * 32 + 127) / 128)), dim3(128), 0, stream, N, b,
+                     b.hpre + off[N.H - 1], forces ? b.gA : (real*)NULL, N.H > 1 ? b.hpre + off[N.H - 2] : b.oyl, scale);
             if (!forces) continue;
-            /* the output backward: the head, the linear, the LayerNorm */
+            /* the output backward: the rest of the head, the linear, the LayerNorm */
             real *g = b.gA, *g2 = b.gB;
-            for (int h = N.H - 1; h >= 0; h--) {
+            for (int h = N.H - 2; h >= 0; h--) {
                 rows(N.head[h], true, TN_EPI_DSILU, g, g2, NULL, h > 0 ? b.hpre + off[h - 1] : b.oyl);
                 real* t = g;
                 g = g2, g2 = t;
