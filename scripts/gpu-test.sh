@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|multidevice|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|multidevice|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,10 +44,27 @@ PY
 # TensorNet's kernels: memcheck of the quick mode on every test model, racecheck on one.
 sanitize_tensornet() {
   local tn=("$d"/tensornet/*.nnpm)
-  NNP_TEST_QUICK=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "${tn[@]}" > "$out/sanitizer-memcheck-tensornet.log" 2>&1
+  NNP_TEST_QUICK=1 timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "${tn[@]}" > "$out/sanitizer-memcheck-tensornet.log" 2>&1
   echo "compute-sanitizer memcheck on test_tensornet_cuda (quick): exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-memcheck-tensornet.log" | tail -n 1))"
-  NNP_TEST_QUICK=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d/tensornet/o3-atomref.nnpm" > "$out/sanitizer-racecheck-tensornet.log" 2>&1
+  NNP_TEST_QUICK=1 timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d/tensornet/o3-atomref.nnpm" > "$out/sanitizer-racecheck-tensornet.log" 2>&1
   echo "compute-sanitizer racecheck on test_tensornet_cuda (quick, o3-atomref): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-tensornet.log" | tail -n 1))"
+}
+# The variants of "ab": copies of the tree with AB's patches applied, built in the background
+# (the current tree's own build is the "build" step).
+names=(current); dirs=("$root"); ab_started=0
+ab_start() {
+  local spec name pf rev dir i
+  for spec in ${AB:-}; do
+    name="${spec%%:*}"; pf="${spec#*:}"; rev=""; [ "${pf#-}" != "$pf" ] && { rev=-R; pf="${pf#-}"; }
+    dir="/tmp/ab-$name"; rm -rf "$dir"; mkdir -p "$dir"
+    (cd "$root" && tar cf - --exclude=./build-gpu .) | tar xf - -C "$dir"
+    if (cd "$dir" && patch -s $rev -p1 < "$root/$pf"); then names+=("$name"); dirs+=("$dir"); else echo "ab: $pf does not apply; $name left out"; fi
+  done
+  for i in "${!dirs[@]}"; do
+    [ "$i" = 0 ] && continue
+    OUT="/tmp/ab-out-$i" "${dirs[$i]}/scripts/gpu-test.sh" build > "/tmp/ab-build-$i.log" 2>&1 &
+  done
+  ab_started=1
 }
 for step in "${steps[@]}"; do
   case "$step" in
@@ -93,7 +110,7 @@ for step in "${steps[@]}"; do
     [ -n "$lists" ] || { [ "$(nvidia-smi -L | wc -l)" -gt 1 ] || lists="0 0,0"; }
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 400 "$root/build-gpu/bench/bench_devices" "$d/shared" $lists 2>&1 | tee "$out/bench-devices.txt" ;;
   tensornet)
-    timeout 300 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d"/tensornet/*.nnpm > "$out/tensornet.txt" 2>&1
+    timeout "${TEST_TIMEOUT:-300}" "$root/build-gpu/core/tests/test_tensornet_cuda" "$d"/tensornet/*.nnpm > "$out/tensornet.txt" 2>&1
     echo "test_tensornet_cuda: exit $?"; grep -vE "^  ok" "$out/tensornet.txt" | tail -n 40
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 300 "$root/build-gpu/platforms/cuda/TestCudaTensorNet" "$d/tensornet/o3-atomref.nnpm" > "$out/tensornet-openmm.txt" 2>&1
     echo "TestCudaTensorNet: exit $?"; grep -vE "^  ok" "$out/tensornet-openmm.txt" | tail -n 12 ;;
@@ -136,24 +153,16 @@ for step in "${steps[@]}"; do
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
       "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
     echo "ncu: exit $?"; grep -E "^  [a-z_]+.*\(|Duration|Elapsed Cycles|SM Frequency|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp Per|No Eligible|Stall|Local|Hit Rate|Memory Throughput|Mem Busy|Max Bandwidth" "$out/ncu.txt" | head -n "${PROFILE_LINES:-80}" ;;
+  ab-start) ab_start ;;
   ab)
     # Variants compared in one call: this tree ("current") and, for each "name:file" of AB, a copy
-    # with the patch file applied ("name:-file": reversed). Each is built (in parallel) and checked
-    # by test_cuda (with BENCH_MODEL: test_tensornet_cuda, quick), then bench_nnp runs at BENCH_SIZES
-    # (default "1 837"; with BENCH_MODEL, that model) for each in turn, AB_ROUNDS times (default 2),
-    # so that the variants share the machine's state.
-    names=(current); dirs=("$root")
-    for spec in ${AB:-}; do
-      name="${spec%%:*}"; pf="${spec#*:}"; rev=""; [ "${pf#-}" != "$pf" ] && { rev=-R; pf="${pf#-}"; }
-      dir="/tmp/ab-$name"; rm -rf "$dir"; mkdir -p "$dir"
-      (cd "$root" && tar cf - --exclude=./build-gpu .) | tar xf - -C "$dir"
-      if (cd "$dir" && patch -s $rev -p1 < "$root/$pf"); then names+=("$name"); dirs+=("$dir"); else echo "ab: $pf does not apply; $name left out"; fi
-    done
-    for i in "${!dirs[@]}"; do
-      [ "${dirs[$i]}" = "$root" ] && { [ "$i" != 0 ] || [ -x "$root/build-gpu/bench/bench_nnp" ]; } && continue
-      OUT="/tmp/ab-out-$i" "${dirs[$i]}/scripts/gpu-test.sh" build > "/tmp/ab-build-$i.log" 2>&1 &
-    done
-    wait
+    # with the patch file applied ("name:-file": reversed). Each is built (in parallel; "ab-start"
+    # earlier in the same call starts those builds while other steps run) and checked by test_cuda
+    # (with BENCH_MODEL: test_tensornet_cuda, quick), then bench_nnp runs at BENCH_SIZES (default
+    # "1 837"; with BENCH_MODEL, that model) for each in turn, AB_ROUNDS times (default 2), so that
+    # the variants share the machine's state.
+    [ "$ab_started" = 1 ] || ab_start
+    wait  # the variants' builds
     for i in "${!dirs[@]}"; do
       if [ ! -x "${dirs[$i]}/build-gpu/bench/bench_nnp" ]; then
         echo "ab ${names[$i]}: build failed ($(grep -m 1 -E "error:" "/tmp/ab-build-$i.log"); log /tmp/ab-build-$i.log)"; continue
