@@ -27,8 +27,7 @@
  * than TN_BLOCKS_PER_SM blocks per SM), the per-edge kernels run up to TN_EDGE_GROUPS blocks per
  * atom, each every G-th edge, and the last block of an atom adds the groups' sums in group order
  * (group_sum); the per-channel steps after a linear (x0_step, update_step, bx_step) run one thread
- * per atom channel (k_tn_step), or for few atoms inside the linear (k_tn_chan_fused). Every kernel but the
- * first is a programmatic dependent launch (TN_PDL; pdl_start at its top), and no memset lies
+ * per atom channel (k_tn_step). Every kernel but the first is a programmatic dependent launch (TN_PDL; pdl_start at its top), and no memset lies
  * between them. Every sum is formed in a fixed order, so the same inputs give the same bits. Inside
  * stream capture nothing is allocated, copied from the host, synchronised or loaded.
  */
@@ -48,9 +47,6 @@
 #define TN_GEMM_WIDE_ATOMS 2048    /* k_tn_chan: from this many atoms, 8 atoms per block (2 per warp), else 4 */
 #define TN_EDGE_CHUNK 64           /* per-edge block sums gathered per chunk of this many edges */
 #define TN_EW_THREADS 128          /* threads per block of the per-channel kernels */
-#define TN_CHAN_SMALL_ATOMS 256    /* float32 channel linears: up to this many atoms by k_tn_chan_small, else k_tn_chan_tc */
-#define TN_ROWS_SMALL_ATOMS 64     /* per-atom MLP layers: up to this many atoms by k_tn_rows_small (all of k at once) */
-#define TN_CHAN_FUSED_ATOMS 256    /* channel linears and the per-channel steps after them: up to this many atoms in one launch (k_tn_chan_fused) */
 #define TN_PDL 1                   /* programmatic dependent launches: each kernel of an evaluation but the first launches while its predecessor drains */
 #define TN_EDGE_GROUPS 8           /* the per-atom edge kernels (tables): at most this many blocks per atom, each every G-th edge */
 #define TN_BLOCKS_PER_SM 2         /* ... as many as give the GPU this many blocks per SM (few atoms) */
@@ -765,62 +761,6 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
     }
 }
 
-/* The one-round small GEMMs' parts (k_tn_chan_small, k_tn_rows_small, k_tn_chan_fused): columns
-   o0 .. o0 + 31 of M (K × ld, row-major; 0 from column on) into shared memory as K × 32, by the
-   block's 128 threads; and a lane's 4 sums over k in order (fused multiply-adds) of rows x (4 × K)
-   against its column. */
-template <typename real> __device__ __forceinline__ void load_columns(real* ws, const real* __restrict__ M, int K, int on, int o0) {
-    for (int q = threadIdx.x; q < K * 32; q += 128) {
-        const int k = q >> 5, o = o0 + (q & 31);
-        ws[q] = o < on ? M[(size_t)k * on + o] : real(0);
-    }
-}
-template <typename real> __device__ __forceinline__ void dot4_columns(const real* ws, const real* x, int K, int lane, real (&acc)[4]) {
-#pragma unroll 4
-    for (int k = 0; k < K; k++) {
-        const real w = ws[k * 32 + lane];
-#pragma unroll
-        for (int r = 0; r < 4; r++) acc[r] = fma_of(x[(size_t)r * K + k], w, acc[r]);
-    }
-}
-
-/*
- * float32, few atoms (TN_CHAN_SMALL_ATOMS, F <= 256): the channel linears in one round of loads. A block
- * computes 16 rows of part p (blockIdx.z, as in k_tn_chan_tc) × 32 outputs over all of k: M_p's
- * 32 columns (F × 32) and the 16 rows (16 × F) go to shared memory at once, then each lane sums one
- * output for its warp's 4 rows in k order (fused multiply-adds), so the same inputs give the same
- * bits. k_tn_chan_tc's chunked k pays one load latency per chunk of 32, which dominates for a
- * molecule (9.4 µs per launch at 22 atoms).
- */
-__global__ void __launch_bounds__(128) k_tn_chan_small(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out,
-                                                       int n) {
-    pdl_start();
-    extern __shared__ __align__(16) unsigned char tn_smem[];
-    float* ws = (float*)tn_smem; /* F × 32 */
-    float* xs = ws + (size_t)F * 32; /* 16 × F */
-    const int p = blockIdx.z, nc = p == 0 ? 1 : (p == 1 ? 3 : 6), c0 = p == 0 ? 0 : (p == 1 ? 1 : 4);
-    const int rows = n * nc, r0 = blockIdx.x * 16, o0 = blockIdx.y * 32;
-    if (r0 >= rows) return; /* the grid covers the largest part */
-    const float* M = p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2]);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const size_t F10 = (size_t)TN_NI * F;
-    load_columns(ws, M, F, F, o0);
-    for (int q = threadIdx.x; q < 16 * F; q += 128) {
-        const int r = q / F, k = q - r * F, row = r0 + r;
-        xs[q] = row < rows ? in[(size_t)(row / nc) * F10 + (size_t)(c0 + row % nc) * F + k] : 0.0f;
-    }
-    __syncthreads();
-    float acc[4] = {0, 0, 0, 0};
-    dot4_columns(ws, xs + (size_t)(4 * warp) * F, F, lane, acc);
-    const int o = o0 + lane;
-    if (o >= F) return;
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        const int row = r0 + 4 * warp + r;
-        if (row < rows) out[(size_t)(row / nc) * F10 + (size_t)(c0 + row % nc) * F + o] = acc[r];
-    }
-}
-
 /*
  * Dense layers of all atoms as one GEMM: z[a][o] = Σ_k in[a][k] M[k][o] (+ bias[o]) for rows a < n,
  * where M (kn × on, row-major) is a weight's transpose (forward: z = W x + b) or the weight itself
@@ -911,27 +851,6 @@ template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_ro
         }
     }
     rows_out<real, EPI, RW>(io, n, r0 + warp * RW, o, acc);
-}
-
-/* The same GEMM for few atoms (TN_ROWS_SMALL_ATOMS): M's 32 columns (kn × 32) and the block's 16 rows
-   (16 × kn) to shared memory in one round of loads, then each lane's sums in k order as k_tn_rows's
-   (the same bits); k_tn_rows pays one load latency per chunk of 32 k. */
-template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_rows_small(const RowsIO<real> io, int n) {
-    pdl_start();
-    extern __shared__ __align__(16) unsigned char tn_smem[];
-    real* ms = (real*)tn_smem;          /* kn × 32 */
-    real* xs = ms + (size_t)io.kn * 32; /* 16 × kn */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r0 = blockIdx.x * 16, o0 = blockIdx.y * 32, o = o0 + lane, kn = io.kn;
-    load_columns(ms, io.M, kn, io.on, o0);
-    for (int q = threadIdx.x; q < 16 * kn; q += 128) {
-        const int r = q / kn, k = q - r * kn, a = r0 + r;
-        xs[q] = a < n ? io.in[(size_t)a * io.ld_in + k] : real(0);
-    }
-    __syncthreads();
-    real acc[4] = {0, 0, 0, 0};
-    dot4_columns(ms, xs + (size_t)(4 * warp) * kn, kn, lane, acc);
-    rows_out<real, EPI, 4>(io, n, r0 + 4 * warp, o, acc);
 }
 
 /* Z_ij = emb2(emb(z_i) ‖ emb(z_j)) split per element, once per plan (outside any evaluation):
@@ -1569,20 +1488,10 @@ __device__ __forceinline__ void bx_step(const TnNet<real>& N, const TnBuf<real>&
 }
 
 /* The per-channel steps after a channel linear, for atom channel (i, f) given its 10 outputs t:
-   x0_step (t: WT, also stored), update_step, bx_step. k_tn_step runs them as their own kernels, one
-   thread per atom channel, reading t from WT or S2 (TN_CH_EB1: embed_back1 from gX, for a model
-   without interaction layers, where no bx_step of layer 0 runs it); k_tn_chan_fused inside the
-   linear. */
+   x0_step, update_step, bx_step, one thread per atom channel (k_tn_step), reading t from WT or S2
+   (TN_CH_EB1: embed_back1 from gX, for a model without interaction layers, where no bx_step of
+   layer 0 runs it). */
 enum { TN_CH_X0 = 1, TN_CH_UPDATE = 2, TN_CH_BX = 3, TN_CH_EB1 = 4 };
-template <typename real, int STEP>
-__device__ __forceinline__ void channel_step(const TnNet<real>& N, const TnBuf<real>& b, int l, int i, int f, const real (&t)[TN_NI]) {
-    if (STEP == TN_CH_X0) {
-        st(b.WT + (size_t)i * TN_NI * N.F, N.F, f, t); /* kept for the backward */
-        x0_step(N, b, i, f, t);
-    }
-    if (STEP == TN_CH_UPDATE) update_step(N, b, l, i, f, t);
-    if (STEP == TN_CH_BX) bx_step(N, b, l, i, f, t);
-}
 template <typename real, int STEP> __global__ void k_tn_step(const TnNet<real> N, const TnBuf<real> b, int l) {
     pdl_start();
     const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1596,49 +1505,9 @@ template <typename real, int STEP> __global__ void k_tn_step(const TnNet<real> N
     }
     real t[TN_NI];
     ld((STEP == TN_CH_X0 ? b.WT : b.S2) + (size_t)i * TN_NI * N.F, N.F, f, t);
-    if (STEP != TN_CH_X0) channel_step<real, STEP>(N, b, l, i, f, t);
-    else x0_step(N, b, i, f, t); /* WT is already stored */
-}
-
-/*
- * Few atoms (TN_CHAN_FUSED_ATOMS): a channel linear and the per-channel step after it in one launch.
- * A block computes 4 atoms (one per warp) × 32 output channels (one per lane) over all three parts,
- * so that each lane holds all 10 components of its atom channel and runs the step (EPI: x0_step,
- * update_step, bx_step) itself. M_0..M_2's 32 columns (3 × F × 32) and the 4
- * atoms' inputs (4 × 10F) go to shared memory in one round of loads; each output is one sum in k
- * order (fused multiply-adds: k_tn_chan_small's bits in float32). The steps write their parts to
- * S3, never the linear's input, which other blocks may still be reading.
- */
-template <typename real, int EPI>
-__global__ void __launch_bounds__(128)
-    k_tn_chan_fused(const ChanW<real> W, const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ in, int l) {
-    pdl_start();
-    extern __shared__ __align__(16) unsigned char tn_smem[];
-    const int F = N.F, n = b.n;
-    real* ws = (real*)tn_smem;            /* 3 × F × 32 */
-    real* xs = ws + (size_t)3 * F * 32;   /* 4 × 10F */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int a0 = blockIdx.x * 4, o0 = blockIdx.y * 32;
-    const size_t F10 = (size_t)TN_NI * F;
-    for (int p = 0; p < 3; p++) load_columns(ws + (size_t)p * F * 32, W.m[p], F, F, o0);
-    for (int q = threadIdx.x; q < 4 * (int)F10; q += 128) { /* the 4 atoms' rows lie together */
-        const int a = a0 + q / (int)F10;
-        xs[q] = a < n ? in[(size_t)a0 * F10 + q] : real(0);
-    }
-    __syncthreads();
-    real acc[TN_NI];
-#pragma unroll
-    for (int c = 0; c < TN_NI; c++) acc[c] = 0;
-    const real* x = xs + (size_t)warp * F10;
-#pragma unroll 4
-    for (int k = 0; k < F; k++) {
-        const real w[3] = {ws[k * 32 + lane], ws[(F + k) * 32 + lane], ws[(2 * F + k) * 32 + lane]};
-#pragma unroll
-        for (int c = 0; c < TN_NI; c++) acc[c] = fma_of(x[c * F + k], w[part_of(c)], acc[c]);
-    }
-    const int i = a0 + warp, f = o0 + lane;
-    if (i >= n || f >= F) return;
-    channel_step<real, EPI>(N, b, l, i, f, acc);
+    if (STEP == TN_CH_X0) x0_step(N, b, i, f, t);
+    if (STEP == TN_CH_UPDATE) update_step(N, b, l, i, f, t);
+    if (STEP == TN_CH_BX) bx_step(N, b, l, i, f, t);
 }
 
 /* The LayerNorm of |Xe|² backward, one warp per atom: from dE/dln (in ln) to dE/d|Xe|² (gtn). The
@@ -1879,7 +1748,6 @@ typedef struct tn_cuda_state {
     int precision, n, n_batches, cap, first, last;
     size_t smem; /* dynamic shared memory of the per-atom kernels */
     int edge_groups; /* blocks per atom of the per-edge kernels with tables (few atoms; tn_build) */
-    size_t rows_small_smem; /* the dynamic shared memory k_tn_rows_small may take (the GPU's opt-in) */
     void* split;     /* edge_groups > 1: the groups' partial sums (TnBuf::split), and per atom a count */
     int* split_count;
     void* weights;                              /* every member's weights in the evaluation's precision */
@@ -2086,13 +1954,6 @@ static size_t tn_smem_reals(const tn_member* m) {
 }
 
 template <typename real> static void tn_configure() {
-    if constexpr (sizeof(real) == sizeof(float)) allow_dynamic_smem(k_tn_chan_small);
-    allow_dynamic_smem(k_tn_rows_small<real, TN_EPI_NONE>);
-    allow_dynamic_smem(k_tn_rows_small<real, TN_EPI_SILU>);
-    allow_dynamic_smem(k_tn_rows_small<real, TN_EPI_DSILU>);
-    allow_dynamic_smem(k_tn_chan_fused<real, TN_CH_X0>);
-    allow_dynamic_smem(k_tn_chan_fused<real, TN_CH_UPDATE>);
-    allow_dynamic_smem(k_tn_chan_fused<real, TN_CH_BX>);
     allow_dynamic_smem(k_tn_z<real>);
     allow_dynamic_smem(k_tn_embed<real>);
     allow_dynamic_smem(k_tn_layer_b<real>);
@@ -2153,7 +2014,6 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     CUDA_TRY(cudaGetDevice(&dev));
     CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    s->rows_small_smem = (size_t)optin;
     /* few atoms: the per-edge kernels' edges over several blocks per atom, so that the GPU has
        TN_BLOCKS_PER_SM blocks per SM (one molecule: 22 atoms would fill 22 of 132 SMs) */
     s->edge_groups = n > 0 ? (TN_BLOCKS_PER_SM * sms + n - 1) / n : 1;
@@ -2324,13 +2184,9 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             auto chan = [&](const Lin<real>* W, bool backward, const real* in, real* out) {
                 ChanW<real> M;
                 for (int q = 0; q < 3; q++) M.m[q] = backward ? W[q].w : W[q].wt;
-                if constexpr (sizeof(real) == sizeof(float)) {
-                    if (n <= TN_CHAN_SMALL_ATOMS && N.F <= 256)
-                        launch_k(pdl, k_tn_chan_small, dim3((6 * n + 15) / 16, (N.F + 31) / 32, 3), dim3(128),
-                                 (size_t)48 * N.F * sizeof(float), stream, M, N.F, in, out, n);
-                    else
-                        launch_k(pdl, k_tn_chan_tc, dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3), dim3(128), 0, stream, M, N.F, in, out, n);
-                } else if (n >= TN_GEMM_WIDE_ATOMS) /* float64 */
+                if constexpr (sizeof(real) == sizeof(float))
+                    launch_k(pdl, k_tn_chan_tc, dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3), dim3(128), 0, stream, M, N.F, in, out, n);
+                else if (n >= TN_GEMM_WIDE_ATOMS) /* float64 */
                     launch_k(pdl, k_tn_chan<real, 2>, dim3((n + 7) / 8, (N.F + 31) / 32), dim3(128), 0, stream, M, N.F, in, out, n);
                 else
                     launch_k(pdl, k_tn_chan<real, 1>, dim3((n + 3) / 4, (N.F + 31) / 32), dim3(128), 0, stream, M, N.F, in, out, n);
@@ -2344,36 +2200,15 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 io.in = in, io.out = out, io.out2 = out2, io.aux = aux;
                 io.ld_in = io.kn, io.ld_out = io.on, io.ld_aux = io.on;
                 const dim3 grid((n + 15) / 16, (io.on + 31) / 32);
-                const size_t small = (size_t)48 * io.kn * sizeof(real);
-                if (n <= TN_ROWS_SMALL_ATOMS && small <= s->rows_small_smem) {
-                    if (epi == TN_EPI_SILU)
-                        launch_k(pdl, k_tn_rows_small<real, TN_EPI_SILU>, dim3(grid), dim3(128), small, stream, io, n);
-                    else if (epi == TN_EPI_DSILU)
-                        launch_k(pdl, k_tn_rows_small<real, TN_EPI_DSILU>, dim3(grid), dim3(128), small, stream, io, n);
-                    else
-                        launch_k(pdl, k_tn_rows_small<real, TN_EPI_NONE>, dim3(grid), dim3(128), small, stream, io, n);
-                } else if (epi == TN_EPI_SILU)
+                if (epi == TN_EPI_SILU)
                     launch_k(pdl, k_tn_rows<real, TN_EPI_SILU>, dim3(grid), dim3(128), 0, stream, io, n);
                 else if (epi == TN_EPI_DSILU)
                     launch_k(pdl, k_tn_rows<real, TN_EPI_DSILU>, dim3(grid), dim3(128), 0, stream, io, n);
                 else
                     launch_k(pdl, k_tn_rows<real, TN_EPI_NONE>, dim3(grid), dim3(128), 0, stream, io, n);
             };
-            /* a channel linear and the per-channel step after it (TN_CH_*): fused for few atoms */
-            const size_t fused_smem = ((size_t)3 * N.F * 32 + (size_t)4 * TN_NI * N.F) * sizeof(real);
+            /* a channel linear and the per-channel step after it (TN_CH_*) */
             auto chan_step = [&](const Lin<real>* W, bool backward, int epi, const real* in, real* out, int l) {
-                if (n <= TN_CHAN_FUSED_ATOMS && fused_smem <= s->rows_small_smem) {
-                    ChanW<real> M;
-                    for (int q = 0; q < 3; q++) M.m[q] = backward ? W[q].w : W[q].wt;
-                    const dim3 grid((n + 3) / 4, (N.F + 31) / 32);
-                    if (epi == TN_CH_X0)
-                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_X0>, grid, dim3(128), fused_smem, stream, M, N, b, in, l);
-                    else if (epi == TN_CH_UPDATE)
-                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_UPDATE>, grid, dim3(128), fused_smem, stream, M, N, b, in, l);
-                    else
-                        launch_k(pdl, k_tn_chan_fused<real, TN_CH_BX>, grid, dim3(128), fused_smem, stream, M, N, b, in, l);
-                    return;
-                }
                 chan(W, backward, in, out);
                 if (epi == TN_CH_X0)
                     launch_k(pdl, k_tn_step<real, TN_CH_X0>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
