@@ -48,7 +48,7 @@
 #define TN_EDGE_CHUNK 64           /* per-edge block sums gathered per chunk of this many edges */
 #define TN_EW_THREADS 128          /* threads per block of the per-channel kernels */
 #define TN_PDL 1                   /* programmatic dependent launches: each kernel of an evaluation but the first launches while its predecessor drains */
-#define TN_EDGE_GROUPS 8           /* the per-atom edge kernels (tables): at most this many blocks per atom, each every G-th edge */
+#define TN_EDGE_GROUPS 4           /* the per-atom edge kernels (tables): at most this many blocks per atom, each every G-th edge */
 #define TN_BLOCKS_PER_SM 2         /* ... as many as give the GPU this many blocks per SM (few atoms) */
 
 #define TN_NI 10 /* irreducible components per channel: I (1), A (3), S (6) */
