@@ -42,7 +42,6 @@
 #define TN_NBR_WARPS 4             /* atoms per block of the neighbour search */
 #define TN_CUDA_MAX_NEIGHBORS 1024 /* neighbour slots per atom at most */
 #define TN_TABLE_POINTS 2048       /* float32: grid points of the radial tables over [d0, cutoff_upper] (see RadialTable) */
-#define TN_TABLE_QUINTIC 0         /* the tables' values by quintic (1: 6 reads) or cubic (0: 4 reads) Hermite interpolation */
 #define TN_GEMM_K 32               /* k_tn_chan: the reduction's chunk through shared memory (a multiple of 4) */
 #define TN_GEMM_WIDE_ATOMS 2048    /* k_tn_chan: from this many atoms, 8 atoms per block (2 per warp), else 4 */
 #define TN_EDGE_CHUNK 64           /* per-edge block sums gathered per chunk of this many edges */
@@ -88,15 +87,17 @@ template <typename real> struct TnLayer {
  * rbf(d)))) · C(d) and the embedding's factors dp_q(rbf(d)) · C(d) (q = 1, 2, 3) are 3F functions of
  * the distance alone. They are tabulated once per plan, exactly in double (k_tn_table_layer,
  * k_tn_table_embed), with their first and second derivatives, at TN_TABLE_POINTS points
- * d_g = d0 + g h over [d0, cutoff_upper] (d0 = cutoff_lower, or 0), and read by cubic Hermite
- * interpolation: the values from the values and slopes (TN_TABLE_QUINTIC: quintic, with the
- * curvatures too), the derivatives from the slopes and curvatures (the values' own derivative would
- * divide the difference of two float32-rounded values by h, which measured 2e-5 off in the forces):
- * per edge 4 · 3F table reads (values or derivatives; 6 · 3F for both) instead of the 8F²
+ * d_g = d0 + g h over [d0, cutoff_upper] (d0 = cutoff_lower, or 0), and read by Hermite
+ * interpolation: the values quintic from the values, slopes and curvatures, the derivatives cubic
+ * from the slopes and curvatures (the values' own derivative would divide the difference of two
+ * float32-rounded values by h, which measured 2e-5 off in the forces). The two interpolants must
+ * agree far below float32's rounding, or the forces are not the energy's gradient: values cubic
+ * from the values and slopes alone made a 100-molecule NVE run drift 8 times as fast. Per edge
+ * 6 · 3F table reads for the values (4 · 3F for the derivatives alone) instead of the 8F²
  * multiply-adds of the filter network, forward and backward. Row g holds the 3F values, the 3F
  * derivatives, the 3F second derivatives. Below d0 (the self loop where cutoff_lower > 0) every
- * factor is 0. The interpolation error is O(h⁴), about (h/w)⁴/384 relative for features of width w:
- * below float32's rounding for features as narrow as 0.06 Å (32 functions over 5 Å, h = 2.4e-3 Å);
+ * factor is 0. The derivatives' interpolation error is O(h⁴), about (h/w)⁴/384 relative for features
+ * of width w: below float32's rounding for features as narrow as 0.06 Å (32 functions over 5 Å, h = 2.4e-3 Å);
  * test_tensornet_cuda measures the total against the CPU.
  */
 struct RadialPoint {
@@ -129,25 +130,16 @@ __device__ __forceinline__ real radial_value(const real* __restrict__ T, int F3,
     const real h = (real)p.h, s = (real)p.s, s2 = s * s, s3 = s2 * s;
     const real f0 = r0[k], d0 = r0[F3 + k] * h;
     const real f1 = r1[k], d1 = r1[F3 + k] * h;
-    if (dv) { /* the derivative by cubic Hermite from the slopes and curvatures: the value's own
-                 derivative divides the difference of two rounded values by h (float32: 2e-5 off) */
-        const real c0 = r0[2 * F3 + k] * h * h, c1 = r1[2 * F3 + k] * h * h;
+    const real c0 = r0[2 * F3 + k] * h * h, c1 = r1[2 * F3 + k] * h * h;
+    if (dv) /* the derivative by cubic Hermite from the slopes and curvatures (see above) */
         *dv = ((real(2) * s3 - real(3) * s2 + real(1)) * d0 + (s3 - real(2) * s2 + s) * c0 + (real(3) * s2 - real(2) * s3) * d1 +
                (s3 - s2) * c1) / h;
-    }
-#if TN_TABLE_QUINTIC
     const real s4 = s3 * s, s5 = s4 * s;
-    const real c0 = r0[2 * F3 + k] * h * h, c1 = r1[2 * F3 + k] * h * h;
     /* quintic Hermite basis: values, slopes (× h) and curvatures (× h²) at both ends */
     const real H0 = real(1) - real(10) * s3 + real(15) * s4 - real(6) * s5, H5 = real(1) - H0;
     const real H1 = s - real(6) * s3 + real(8) * s4 - real(3) * s5, H4 = real(-4) * s3 + real(7) * s4 - real(3) * s5;
     const real H2 = real(0.5) * (s2 - real(3) * s3 + real(3) * s4 - s5), H3 = real(0.5) * (s3 - real(2) * s4 + s5);
     return H0 * f0 + H5 * f1 + H1 * d0 + H2 * c0 + H3 * c1 + H4 * d1;
-#else
-    /* cubic Hermite from the values and slopes (× h) at both ends: 4 reads instead of 6 */
-    const real H01 = real(3) * s2 - real(2) * s3;
-    return (real(1) - H01) * f0 + H01 * f1 + (s3 - real(2) * s2 + s) * d0 + (s3 - s2) * d1;
-#endif
 }
 /* Factor k's derivative d/dd alone (as radial_value's): the slopes and curvatures, 4 reads. */
 template <typename real> __device__ __forceinline__ real radial_deriv(const real* __restrict__ T, int F3, const RadialPoint& p, int k) {
