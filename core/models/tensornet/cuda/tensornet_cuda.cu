@@ -44,6 +44,8 @@
 #define TN_TABLE_POINTS 2048       /* float32: grid points of the radial tables over [d0, cutoff_upper] (see RadialTable) */
 #define TN_GEMM_K 32               /* k_tn_chan: the reduction's chunk through shared memory (a multiple of 4) */
 #define TN_GEMM_WIDE_ATOMS 2048    /* k_tn_chan: from this many atoms, 8 atoms per block (2 per warp), else 4 */
+#define TN_CHAN_DEEP_ATOMS 1024    /* k_tn_chan_tc: up to this many atoms, k in chunks of 64 (half the dependent loads), else 32 */
+#define TN_ROWS_K 128              /* k_tn_rows in float32: k in chunks of up to this many (64 in float64, and for k <= 64) */
 #define TN_EDGE_CHUNK 64           /* per-edge block sums gathered per chunk of this many edges */
 #define TN_EW_THREADS 128          /* threads per block of the per-channel kernels */
 #define TN_PDL 1                   /* programmatic dependent launches: each kernel of an evaluation but the first launches while its predecessor drains */
@@ -667,9 +669,11 @@ __global__ void __launch_bounds__(128) k_tn_chan(const ChanW<real> W, int F, con
  * x_hi + x_lo, both TF32; x·w ≈ x_lo·w_hi + x_hi·w_lo + x_hi·w_hi, float32-class accuracy). Each
  * part p is its own GEMM over its rows (atom a, component c of p: n, 3n, 6n rows) against M_p, as in
  * k_tn_chan; blockIdx.z is the part. A block computes 64 rows × 32 outputs, each warp 16 rows with
- * mma.m16n8k8 (4 tiles of 8 outputs); k runs in chunks of 32 through shared memory (rows padded
- * against bank conflicts), the next chunk's loads in flight while one is multiplied. The tensor
- * cores' sums come in a fixed order, so the same inputs give the same bits.
+ * mma.m16n8k8 (4 tiles of 8 outputs); k runs in chunks of K (32, or 64 for few atoms, where each
+ * chunk's dependent loads are most of the time: TN_CHAN_DEEP_ATOMS) through shared memory (rows
+ * padded against bank conflicts), the next chunk's loads in flight while one is multiplied. The
+ * tensor cores' sums come in a fixed order, the same for either K, so the same inputs give the same
+ * bits.
  */
 __device__ __forceinline__ unsigned tf32_hi(float x) {
     unsigned r;
@@ -681,9 +685,10 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+template <int K>
 __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out, int n) {
     pdl_start();
-    constexpr int K = 32, AP = K + 4, BP = 32 + 8, NX = 64 * K / 128, NM = K * 32 / 128;
+    constexpr int AP = K + 4, BP = 32 + 8, NX = 64 * K / 128, NM = K * 32 / 128;
     __shared__ __align__(16) float as[64 * AP];
     __shared__ __align__(16) float bs[K * BP];
     const int p = blockIdx.z, nc = p == 0 ? 1 : (p == 1 ? 3 : 6), c0 = p == 0 ? 0 : (p == 1 ? 1 : 4);
@@ -693,12 +698,13 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const size_t F10 = (size_t)TN_NI * F;
     float xr[NX], mr[NM];
-    /* thread (warp, lane) loads rows warp + 4r at k0 + lane, and M's rows k0 + warp + 4r at o0 + lane */
+    /* thread (warp, lane) loads rows warp + 4 (r % 16) at k0 + 32 (r / 16) + lane, and M's rows
+       k0 + warp + 4r at o0 + lane */
     auto fetch = [&](int k0) {
-        const int k = k0 + lane, o = o0 + lane;
+        const int o = o0 + lane;
 #pragma unroll
         for (int r = 0; r < NX; r++) {
-            const int row = r0 + warp + 4 * r, a = row / nc, c = c0 + row % nc;
+            const int row = r0 + warp + 4 * (r % 16), a = row / nc, c = c0 + row % nc, k = k0 + 32 * (r / 16) + lane;
             xr[r] = row < rows && k < F ? in[(size_t)a * F10 + (size_t)c * F + k] : 0.0f;
         }
 #pragma unroll
@@ -716,7 +722,7 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
     for (int k0 = 0; k0 < F; k0 += K) {
         __syncthreads(); /* the previous chunk has been read */
 #pragma unroll
-        for (int r = 0; r < NX; r++) as[(warp + 4 * r) * AP + lane] = xr[r];
+        for (int r = 0; r < NX; r++) as[(warp + 4 * (r % 16)) * AP + 32 * (r / 16) + lane] = xr[r];
 #pragma unroll
         for (int r = 0; r < NM; r++) bs[(warp + 4 * r) * BP + lane] = mr[r];
         __syncthreads();
@@ -759,7 +765,8 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
  * (backward: z = Wᵀ g), then by EPI: out = z; out = z and out2 = SiLU(z) (a layer and its
  * activation, the pre-activation kept); out = z · SiLU'(aux) (back through the previous layer's
  * activation). A block computes 16 rows × 32 outputs: each warp 4 rows, each lane one output; k runs
- * in chunks of 32 through shared memory, the next chunk's loads in flight while one is multiplied.
+ * in chunks of K (TN_ROWS_K in float32; fewer, longer chunks wait on fewer dependent loads) through
+ * shared memory, the next chunk's loads in flight while one is multiplied.
  * Every output is one sum in k order, so the same inputs give the same bits.
  */
 enum { TN_EPI_NONE = 0, TN_EPI_SILU = 1, TN_EPI_DSILU = 2 };
@@ -789,10 +796,10 @@ __device__ __forceinline__ void rows_out(const RowsIO<real>& io, int n, int a0, 
         }
     }
 }
-template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_rows(const RowsIO<real> io, int n) {
+template <typename real, int EPI, int K> __global__ void __launch_bounds__(128) k_tn_rows(const RowsIO<real> io, int n) {
     pdl_start();
     typedef typename real4_of<real>::type real4;
-    constexpr int K = 32, RW = 4, NX = 16 * K / 128, NM = K * 32 / 128;
+    constexpr int RW = 4, NX = 16 * K / 128, NM = K * 32 / 128;
     __shared__ __align__(16) real xs[16 * K];
     __shared__ __align__(16) real ms[K * 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -801,13 +808,12 @@ template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_ro
 #pragma unroll
     for (int r = 0; r < RW; r++) acc[r] = 0;
     real xr[NX], mr[NM];
-    /* thread (warp, lane) loads rows warp + 4r of the inputs at k0 + lane, and rows k0 + warp + 4r
-       of M at output o */
+    /* thread (warp, lane) loads rows warp + 4 (r % 4) of the inputs at k0 + 32 (r / 4) + lane, and
+       rows k0 + warp + 4r of M at output o */
     auto fetch = [&](int k0) {
-        const int k = k0 + lane;
 #pragma unroll
         for (int r = 0; r < NX; r++) {
-            const int a = r0 + warp + 4 * r;
+            const int a = r0 + warp + 4 * (r % 4), k = k0 + 32 * (r / 4) + lane;
             xr[r] = a < n && k < io.kn ? io.in[(size_t)a * io.ld_in + k] : real(0);
         }
 #pragma unroll
@@ -820,7 +826,7 @@ template <typename real, int EPI> __global__ void __launch_bounds__(128) k_tn_ro
     for (int k0 = 0; k0 < io.kn; k0 += K) {
         __syncthreads(); /* the previous chunk has been read */
 #pragma unroll
-        for (int r = 0; r < NX; r++) xs[threadIdx.x + 128 * r] = xr[r];
+        for (int r = 0; r < NX; r++) xs[(warp + 4 * (r % 4)) * K + 32 * (r / 4) + lane] = xr[r];
 #pragma unroll
         for (int r = 0; r < NM; r++) ms[threadIdx.x + 128 * r] = mr[r];
         __syncthreads();
@@ -2177,7 +2183,8 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 ChanW<real> M;
                 for (int q = 0; q < 3; q++) M.m[q] = backward ? W[q].w : W[q].wt;
                 if constexpr (sizeof(real) == sizeof(float))
-                    launch_k(pdl, k_tn_chan_tc, dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3), dim3(128), 0, stream, M, N.F, in, out, n);
+                    launch_k(pdl, n <= TN_CHAN_DEEP_ATOMS ? k_tn_chan_tc<64> : k_tn_chan_tc<32>, dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3),
+                             dim3(128), 0, stream, M, N.F, in, out, n);
                 else if (n >= TN_GEMM_WIDE_ATOMS) /* float64 */
                     launch_k(pdl, k_tn_chan<real, 2>, dim3((n + 7) / 8, (N.F + 31) / 32), dim3(128), 0, stream, M, N.F, in, out, n);
                 else
@@ -2192,12 +2199,15 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 io.in = in, io.out = out, io.out2 = out2, io.aux = aux;
                 io.ld_in = io.kn, io.ld_out = io.on, io.ld_aux = io.on;
                 const dim3 grid((n + 15) / 16, (io.on + 31) / 32);
+                constexpr int KL = sizeof(real) == sizeof(float) ? TN_ROWS_K : 64; /* float64: 48 KB of static shared memory at most */
+                const bool deep = KL > 64 && io.kn > 64;
                 if (epi == TN_EPI_SILU)
-                    launch_k(pdl, k_tn_rows<real, TN_EPI_SILU>, dim3(grid), dim3(128), 0, stream, io, n);
+                    launch_k(pdl, deep ? k_tn_rows<real, TN_EPI_SILU, KL> : k_tn_rows<real, TN_EPI_SILU, 64>, dim3(grid), dim3(128), 0, stream, io, n);
                 else if (epi == TN_EPI_DSILU)
-                    launch_k(pdl, k_tn_rows<real, TN_EPI_DSILU>, dim3(grid), dim3(128), 0, stream, io, n);
+                    launch_k(pdl, deep ? k_tn_rows<real, TN_EPI_DSILU, KL> : k_tn_rows<real, TN_EPI_DSILU, 64>, dim3(grid), dim3(128), 0, stream, io,
+                             n);
                 else
-                    launch_k(pdl, k_tn_rows<real, TN_EPI_NONE>, dim3(grid), dim3(128), 0, stream, io, n);
+                    launch_k(pdl, deep ? k_tn_rows<real, TN_EPI_NONE, KL> : k_tn_rows<real, TN_EPI_NONE, 64>, dim3(grid), dim3(128), 0, stream, io, n);
             };
             /* a channel linear and the per-channel step after it (TN_CH_*) */
             auto chan_step = [&](const Lin<real>* W, bool backward, int epi, const real* in, real* out, int l) {
