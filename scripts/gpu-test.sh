@@ -151,7 +151,7 @@ for step in "${steps[@]}"; do
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 240 ncu --clock-control none --kernel-name regex:"${PROFILE_KERNELS:-k_aev|k_gemm_skinny}" \
       --launch-skip "${PROFILE_SKIP:-8}" --launch-count "${PROFILE_COUNT:-5}" \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-      "$root/build-gpu/bench/bench_nnp" "$d/shared" 1 > "$out/ncu.txt" 2>&1
+      "$root/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_MODEL:+--model=$BENCH_MODEL} 1 > "$out/ncu.txt" 2>&1
     echo "ncu: exit $?"; grep -E "^  [a-z_]+.*\(|Duration|Elapsed Cycles|SM Frequency|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp Per|No Eligible|Stall|Local|Hit Rate|Memory Throughput|Mem Busy|Max Bandwidth" "$out/ncu.txt" | head -n "${PROFILE_LINES:-80}" ;;
   ab-start) ab_start ;;
   ab)
@@ -192,7 +192,7 @@ for step in "${steps[@]}"; do
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 240 ncu --clock-control none --kernel-name regex:"${SOURCE_KERNELS:-k_aev}" \
       --launch-skip "${SOURCE_SKIP:-30}" --launch-count "${SOURCE_COUNT:-2}" --section SourceCounters --section WarpStateStats \
       --section LaunchStats --section Occupancy --section SpeedOfLight --import-source yes -f -o "$out/source" \
-      "$root/build-gpu/bench/bench_nnp" "$d/shared" "${SOURCE_SIZE:-837}" > "$out/source-run.txt" 2>&1
+      "$root/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_MODEL:+--model=$BENCH_MODEL} "${SOURCE_SIZE:-837}" > "$out/source-run.txt" 2>&1
     echo "ncu source: exit $?"
     ncu -i "$out/source.ncu-rep" --page details > "$out/source-details.txt" 2>&1
     grep -E "^  [a-z_ ]+.*\(|Duration|Registers Per|Achieved Occupancy|Issued Warp Per|Warp Cycles Per Issued|Block Limit (Reg|Shared)" "$out/source-details.txt" | head -n 40
@@ -202,11 +202,12 @@ for step in "${steps[@]}"; do
     # Nsight Compute: what the warps of one molecule's evaluation wait on, per launch (cycles per
     # issued instruction, by stall reason, top 7), with each launch's time and instruction count.
     # STALL_KERNELS (regex), STALL_SKIP and STALL_COUNT (matching launches; 7 = one evaluation),
-    # STALL_SIZE (molecules, default 1).
+    # STALL_SIZE (molecules, default 1). Here and in profile, source, utilization and kernels,
+    # BENCH_MODEL runs another model (a TensorNet .nnpm) instead of ANI-2x.
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 250 ncu --clock-control none --cache-control none \
       --kernel-name regex:"${STALL_KERNELS:-k_gemm_mma|k_aev}" --launch-skip "${STALL_SKIP:-80}" --launch-count "${STALL_COUNT:-7}" --csv \
       --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,gpu__time_duration.sum,smsp__inst_executed.sum" \
-      "$root/build-gpu/bench/bench_nnp" "$d/shared" "${STALL_SIZE:-1}" > "$out/stalls.csv" 2> "$out/stalls.err"
+      "$root/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_MODEL:+--model=$BENCH_MODEL} "${STALL_SIZE:-1}" > "$out/stalls.csv" 2> "$out/stalls.err"
     echo "ncu stalls: exit $?"
     python3 "$root/scripts/ncu-table.py" stalls "$out/stalls.csv"
     ;;
@@ -228,7 +229,7 @@ for step in "${steps[@]}"; do
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout "${UTIL_TIMEOUT:-300}" ncu --clock-control none \
       --kernel-name regex:"${UTIL_KERNELS:-k_gemm_big_h}" --launch-skip "${UTIL_SKIP:-30}" --launch-count "${UTIL_COUNT:-6}" --csv \
       --metrics gpu__time_duration.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__inst_issued.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
-      "$root/build-gpu/bench/bench_nnp" "$d/shared" "${UTIL_SIZE:-837}" > "$out/utilization.csv" 2> "$out/utilization.err"
+      "$root/build-gpu/bench/bench_nnp" "$d/shared" ${BENCH_MODEL:+--model=$BENCH_MODEL} "${UTIL_SIZE:-837}" > "$out/utilization.csv" 2> "$out/utilization.err"
     echo "ncu utilization: exit $?"
     python3 "$root/scripts/ncu-table.py" utilization "$out/utilization.csv"
     ;;
