@@ -27,8 +27,8 @@
  * than TN_BLOCKS_PER_SM blocks per SM), the per-edge kernels run up to TN_EDGE_GROUPS blocks per
  * atom, each every G-th edge, and the last block of an atom adds the groups' sums in group order
  * (group_sum); the per-channel steps after a linear (x0_step, update_step, bx_step) run one thread
- * per atom channel (k_tn_step). Every kernel but the first is a programmatic dependent launch (TN_PDL; pdl_start at its top), and no memset lies
- * between them. Every sum is formed in a fixed order, so the same inputs give the same bits. Inside
+ * per atom channel (k_tn_step). Every kernel but the first is a programmatic dependent launch
+ * (TN_PDL; pdl_start at its top), and no memset lies between them. Every sum is formed in a fixed order, so the same inputs give the same bits. Inside
  * stream capture nothing is allocated, copied from the host, synchronised or loaded.
  */
 #include "../../../cuda/positions.cuh"
@@ -45,7 +45,7 @@
 #define TN_GEMM_K 32               /* k_tn_chan: the reduction's chunk through shared memory (a multiple of 4) */
 #define TN_GEMM_WIDE_ATOMS 2048    /* k_tn_chan: from this many atoms, 8 atoms per block (2 per warp), else 4 */
 #define TN_CHAN_DEEP_ATOMS 1024    /* k_tn_chan_tc: up to this many atoms, k in chunks of 64 (half the dependent loads), else 32 */
-#define TN_ROWS_K 64               /* k_tn_rows in float32: k in chunks of up to this many (64 in float64, and for k <= 64) */
+#define TN_ROWS_K 64               /* k_tn_rows: k in chunks of this many (32 and 128 measured slower; float64 at 128 would exceed 48 KB of static shared memory) */
 #define TN_EDGE_CHUNK 64           /* per-edge block sums gathered per chunk of this many edges */
 #define TN_EW_THREADS 128          /* threads per block of the per-channel kernels */
 #define TN_PDL 1                   /* programmatic dependent launches: each kernel of an evaluation but the first launches while its predecessor drains */
@@ -99,8 +99,8 @@ template <typename real> struct TnLayer {
  * multiply-adds of the filter network, forward and backward. Row g holds the 3F values, the 3F
  * derivatives, the 3F second derivatives. Below d0 (the self loop where cutoff_lower > 0) every
  * factor is 0. The derivatives' interpolation error is O(h⁴), about (h/w)⁴/384 relative for features
- * of width w: below float32's rounding for features as narrow as 0.06 Å (32 functions over 5 Å, h = 2.4e-3 Å);
- * test_tensornet_cuda measures the total against the CPU.
+ * of width w: below float32's rounding for features as narrow as 0.06 Å (32 functions over 5 Å,
+ * h = 2.4e-3 Å); test_tensornet_cuda measures the total against the CPU.
  */
 struct RadialPoint {
     int g;          /* interval [d_g, d_g+1], or -1: below d0 */
@@ -176,8 +176,6 @@ template <typename real> struct TnBuf {
 
 /* ------------------------------------------------------------------ device helpers */
 
-__device__ __forceinline__ float fma_of(float a, float b, float c) { return fmaf(a, b, c); }
-__device__ __forceinline__ double fma_of(double a, double b, double c) { return fma(a, b, c); }
 template <typename real> __device__ __forceinline__ real silu(real z) { return z / (real(1) + dexp(-z)); }
 template <typename real> __device__ __forceinline__ real silu_d(real z) {
     const real s = real(1) / (real(1) + dexp(-z));
@@ -765,8 +763,8 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
  * (backward: z = Wᵀ g), then by EPI: out = z; out = z and out2 = SiLU(z) (a layer and its
  * activation, the pre-activation kept); out = z · SiLU'(aux) (back through the previous layer's
  * activation). A block computes 16 rows × 32 outputs: each warp 4 rows, each lane one output; k runs
- * in chunks of K (TN_ROWS_K in float32; fewer, longer chunks wait on fewer dependent loads) through
- * shared memory, the next chunk's loads in flight while one is multiplied.
+ * in chunks of K (TN_ROWS_K: fewer, longer chunks wait on fewer dependent loads) through shared
+ * memory, the next chunk's loads in flight while one is multiplied.
  * Every output is one sum in k order, so the same inputs give the same bits.
  */
 enum { TN_EPI_NONE = 0, TN_EPI_SILU = 1, TN_EPI_DSILU = 2 };
@@ -2199,15 +2197,12 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 io.in = in, io.out = out, io.out2 = out2, io.aux = aux;
                 io.ld_in = io.kn, io.ld_out = io.on, io.ld_aux = io.on;
                 const dim3 grid((n + 15) / 16, (io.on + 31) / 32);
-                constexpr int KL = sizeof(real) == sizeof(float) ? TN_ROWS_K : 64; /* float64: 48 KB of static shared memory at most */
-                const bool deep = KL > 64 && io.kn > 64;
                 if (epi == TN_EPI_SILU)
-                    launch_k(pdl, deep ? k_tn_rows<real, TN_EPI_SILU, KL> : k_tn_rows<real, TN_EPI_SILU, 64>, dim3(grid), dim3(128), 0, stream, io, n);
+                    launch_k(pdl, k_tn_rows<real, TN_EPI_SILU, TN_ROWS_K>, grid, dim3(128), 0, stream, io, n);
                 else if (epi == TN_EPI_DSILU)
-                    launch_k(pdl, deep ? k_tn_rows<real, TN_EPI_DSILU, KL> : k_tn_rows<real, TN_EPI_DSILU, 64>, dim3(grid), dim3(128), 0, stream, io,
-                             n);
+                    launch_k(pdl, k_tn_rows<real, TN_EPI_DSILU, TN_ROWS_K>, grid, dim3(128), 0, stream, io, n);
                 else
-                    launch_k(pdl, deep ? k_tn_rows<real, TN_EPI_NONE, KL> : k_tn_rows<real, TN_EPI_NONE, 64>, dim3(grid), dim3(128), 0, stream, io, n);
+                    launch_k(pdl, k_tn_rows<real, TN_EPI_NONE, TN_ROWS_K>, grid, dim3(128), 0, stream, io, n);
             };
             /* a channel linear and the per-channel step after it (TN_CH_*) */
             auto chan_step = [&](const Lin<real>* W, bool backward, int epi, const real* in, real* out, int l) {
