@@ -88,19 +88,20 @@ template <typename real> struct TnLayer {
  * Radial tables (float32 evaluation). Each interaction layer's filter f(d) = SiLU(L₃ SiLU(L₂ SiLU(L₁
  * rbf(d)))) · C(d) and the embedding's factors dp_q(rbf(d)) · C(d) (q = 1, 2, 3) are 3F functions of
  * the distance alone. They are tabulated once per plan, exactly in double (k_tn_table_layer,
- * k_tn_table_embed), with their first and second derivatives, at TN_TABLE_POINTS points
- * d_g = d0 + g h over [d0, cutoff_upper] (d0 = cutoff_lower, or 0), and read by Hermite
- * interpolation: the values quintic from the values, slopes and curvatures, the derivatives cubic
- * from the slopes and curvatures (the values' own derivative would divide the difference of two
- * float32-rounded values by h, which measured 2e-5 off in the forces). The two interpolants must
- * agree far below float32's rounding, or the forces are not the energy's gradient: values cubic
- * from the values and slopes alone made a 100-molecule NVE run drift 8 times as fast. Per edge
- * 6 · 3F table reads for the values (4 · 3F for the derivatives alone) instead of the 8F²
- * multiply-adds of the filter network, forward and backward. Row g holds the 3F values, the 3F
- * derivatives, the 3F second derivatives. Below d0 (the self loop where cutoff_lower > 0) every
- * factor is 0. The derivatives' interpolation error is O(h⁴), about (h/w)⁴/384 relative for features
- * of width w: below float32's rounding for features as narrow as 0.06 Å (32 functions over 5 Å,
- * h = 2.4e-3 Å); test_tensornet_cuda measures the total against the CPU.
+ * k_tn_table_embed), at TN_TABLE_POINTS points d_g = d0 + g h over [d0, cutoff_upper] (d0 =
+ * cutoff_lower, or 0): row g holds the 3F values f_g, the 3F slopes f'_g and the 3F steps
+ * Δf_g = f_g+1 − f_g (the difference taken in double, then rounded). Between two points a factor is
+ * the cubic Hermite interpolant of the values and slopes, f_g + H(s) Δf_g + h (…) f'_g + h (…) f'_g+1,
+ * and its derivative is that cubic's own derivative: the forces are the gradient of the energy
+ * that is computed, so that MD conserves it (an interpolant of the slopes for the forces, beside one
+ * of the values for the energy, made a 100-molecule NVE run drift several times as fast), and Δf/h
+ * is not the difference of two rounded values (which would be 2e-5 off in float32). Per edge
+ * 4 · 3F table reads (3 · 3F for the derivatives alone) instead of the 8F² multiply-adds of the
+ * filter network, forward and backward. Below d0 (the self loop where cutoff_lower > 0) every factor
+ * is 0. The values' interpolation error is O(h⁴), the derivatives' O(h³): about (h/w)⁴/384 and
+ * (h/w)³/125 relative for features of width w; with 32 expnorm functions over 5 Å (h = 2.4e-3 Å)
+ * the narrowest, w ≈ 0.065 Å at 0.74 Å, give 2e-10 and 4e-7. test_tensornet_cuda measures the
+ * total against the CPU.
  */
 struct RadialPoint {
     int g;          /* interval [d_g, d_g+1], or -1: below d0 */
@@ -120,7 +121,8 @@ template <typename real> __device__ __forceinline__ RadialPoint radial_point(con
     p.g = g, p.s = x - g;
     return p;
 }
-/* Factor k (of 3F) of a table at p: value, and derivative d/dd when dv != NULL. */
+/* Factor k (of 3F) of a table at p: the cubic's value, and its derivative d/dd when dv != NULL:
+   4 reads (f_g, the slopes f'_g, f'_g+1 and the step Δf_g). */
 template <typename real>
 __device__ __forceinline__ real radial_value(const real* __restrict__ T, int F3, const RadialPoint& p, int k, real* dv) {
     if (p.g < 0) {
@@ -130,28 +132,18 @@ __device__ __forceinline__ real radial_value(const real* __restrict__ T, int F3,
     const real* r0 = T + (size_t)p.g * 3 * F3;
     const real* r1 = r0 + 3 * F3;
     const real h = (real)p.h, s = (real)p.s, s2 = s * s, s3 = s2 * s;
-    const real f0 = r0[k], d0 = r0[F3 + k] * h;
-    const real f1 = r1[k], d1 = r1[F3 + k] * h;
-    const real c0 = r0[2 * F3 + k] * h * h, c1 = r1[2 * F3 + k] * h * h;
-    if (dv) /* the derivative by cubic Hermite from the slopes and curvatures (see above) */
-        *dv = ((real(2) * s3 - real(3) * s2 + real(1)) * d0 + (s3 - real(2) * s2 + s) * c0 + (real(3) * s2 - real(2) * s3) * d1 +
-               (s3 - s2) * c1) / h;
-    const real s4 = s3 * s, s5 = s4 * s;
-    /* quintic Hermite basis: values, slopes (× h) and curvatures (× h²) at both ends */
-    const real H0 = real(1) - real(10) * s3 + real(15) * s4 - real(6) * s5, H5 = real(1) - H0;
-    const real H1 = s - real(6) * s3 + real(8) * s4 - real(3) * s5, H4 = real(-4) * s3 + real(7) * s4 - real(3) * s5;
-    const real H2 = real(0.5) * (s2 - real(3) * s3 + real(3) * s4 - s5), H3 = real(0.5) * (s3 - real(2) * s4 + s5);
-    return H0 * f0 + H5 * f1 + H1 * d0 + H2 * c0 + H3 * c1 + H4 * d1;
+    const real f0 = r0[k], d0 = r0[F3 + k] * h, df = r0[2 * F3 + k], d1 = r1[F3 + k] * h;
+    if (dv) *dv = (real(6) * (s - s2) * df + (real(3) * s2 - real(4) * s + real(1)) * d0 + (real(3) * s2 - real(2) * s) * d1) / h;
+    return f0 + (real(3) * s2 - real(2) * s3) * df + (s3 - real(2) * s2 + s) * d0 + (s3 - s2) * d1;
 }
-/* Factor k's derivative d/dd alone (as radial_value's): the slopes and curvatures, 4 reads. */
+/* Factor k's derivative d/dd alone (as radial_value's): 3 reads. */
 template <typename real> __device__ __forceinline__ real radial_deriv(const real* __restrict__ T, int F3, const RadialPoint& p, int k) {
     if (p.g < 0) return 0;
     const real* r0 = T + (size_t)p.g * 3 * F3;
     const real* r1 = r0 + 3 * F3;
-    const real h = (real)p.h, s = (real)p.s, s2 = s * s, s3 = s2 * s;
-    const real d0 = r0[F3 + k] * h, d1 = r1[F3 + k] * h, c0 = r0[2 * F3 + k] * h * h, c1 = r1[2 * F3 + k] * h * h;
-    return ((real(2) * s3 - real(3) * s2 + real(1)) * d0 + (s3 - real(2) * s2 + s) * c0 + (real(3) * s2 - real(2) * s3) * d1 + (s3 - s2) * c1) /
-           h;
+    const real h = (real)p.h, s = (real)p.s, s2 = s * s;
+    const real d0 = r0[F3 + k] * h, df = r0[2 * F3 + k], d1 = r1[F3 + k] * h;
+    return (real(6) * (s - s2) * df + (real(3) * s2 - real(4) * s + real(1)) * d0 + (real(3) * s2 - real(2) * s) * d1) / h;
 }
 
 /* The evaluation's buffers (device pointers). Edge e = i · (cap + 1) + s of atom i: s = 0 its self
@@ -415,7 +407,8 @@ __device__ real edge_mlp_back(const TnNet<real>& N, const TnLayer<real>& Ly, dou
 /* ------------------------------------------------------------------ kernels */
 
 /* The radial tables (RadialTable), exactly in double: one block per grid point, the radial basis
-   and the filter network with their first and second derivatives along d (forward mode). */
+   and the filter network with their derivatives along d (forward mode), at the point and, for the
+   step to it, at the next. */
 __device__ __forceinline__ double silu_dd(double z) {
     const double s = 1 / (1 + exp(-z));
     return s * (1 - s) * (2 + z * (1 - 2 * s));
@@ -461,12 +454,16 @@ __device__ void table_silu(int n, double* y, double* dy, double* ddy) {
         ddy[k] = g2 * dy[k] * dy[k] + g1 * ddy[k], dy[k] = g1 * dy[k], y[k] = silu(z);
     }
 }
-/* Row g: v·c, (v·c)', (v·c)'' for the 3F values v. */
-__device__ void table_row(int F3, const double* v, const double* dv, const double* ddv, const double* c, float* row) {
+/* Row g of a table from the 3F factors v·c at d_g (pass 0: the values and slopes, the values also
+   in double to fg) and at d_g+1 (pass 1: the steps). Each thread keeps to its own k. */
+__device__ void table_row(int pass, int F3, const double* v, const double* dv, const double* c, double* fg, float* row) {
     for (int k = threadIdx.x; k < F3; k += TN_THREADS) {
-        row[k] = (float)(v[k] * c[0]);
-        row[F3 + k] = (float)(dv[k] * c[0] + v[k] * c[1]);
-        row[2 * F3 + k] = (float)(ddv[k] * c[0] + 2 * dv[k] * c[1] + v[k] * c[2]);
+        const double f = v[k] * c[0];
+        if (pass == 0) {
+            row[k] = (float)f, fg[k] = f;
+            row[F3 + k] = (float)(dv[k] * c[0] + v[k] * c[1]);
+        } else
+            row[2 * F3 + k] = (float)(f - fg[k]);
     }
 }
 __global__ void __launch_bounds__(TN_THREADS) k_tn_table_layer(const TnNet<double> N, const TnLayer<double> Ly, float* __restrict__ T) {
@@ -475,37 +472,46 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_table_layer(const TnNet<doubl
     const int g = blockIdx.x, F = N.F;
     double *x = A.take(N.R), *dx = A.take(N.R), *ddx = A.take(N.R), *y1 = A.take(F), *dy1 = A.take(F), *ddy1 = A.take(F),
            *y2 = A.take(2 * F), *dy2 = A.take(2 * F), *ddy2 = A.take(2 * F), *y3 = A.take(3 * F), *dy3 = A.take(3 * F),
-           *ddy3 = A.take(3 * F);
-    const double d0 = N.cl > 0 ? N.cl : 0.0, d = d0 + g * (N.cu - d0) / (TN_TABLE_POINTS - 1);
-    double c[3];
-    table_basis(N, d, x, dx, ddx, c);
-    __syncthreads();
-    table_lin(Ly.lls[0], x, dx, ddx, y1, dy1, ddy1);
-    __syncthreads();
-    table_silu(F, y1, dy1, ddy1);
-    __syncthreads();
-    table_lin(Ly.lls[1], y1, dy1, ddy1, y2, dy2, ddy2);
-    __syncthreads();
-    table_silu(2 * F, y2, dy2, ddy2);
-    __syncthreads();
-    table_lin(Ly.lls[2], y2, dy2, ddy2, y3, dy3, ddy3);
-    __syncthreads();
-    table_silu(3 * F, y3, dy3, ddy3);
-    __syncthreads();
-    table_row(3 * F, y3, dy3, ddy3, c, T + (size_t)g * 9 * F);
+           *ddy3 = A.take(3 * F), *fg = A.take(3 * F);
+    const double d0 = N.cl > 0 ? N.cl : 0.0;
+    for (int pass = 0; pass < 2; pass++) {
+        const double d = d0 + (g + pass) * (N.cu - d0) / (TN_TABLE_POINTS - 1);
+        double c[3];
+        table_basis(N, d, x, dx, ddx, c);
+        __syncthreads();
+        table_lin(Ly.lls[0], x, dx, ddx, y1, dy1, ddy1);
+        __syncthreads();
+        table_silu(F, y1, dy1, ddy1);
+        __syncthreads();
+        table_lin(Ly.lls[1], y1, dy1, ddy1, y2, dy2, ddy2);
+        __syncthreads();
+        table_silu(2 * F, y2, dy2, ddy2);
+        __syncthreads();
+        table_lin(Ly.lls[2], y2, dy2, ddy2, y3, dy3, ddy3);
+        __syncthreads();
+        table_silu(3 * F, y3, dy3, ddy3);
+        __syncthreads();
+        table_row(pass, 3 * F, y3, dy3, c, fg, T + (size_t)g * 9 * F);
+        __syncthreads();
+    }
 }
 __global__ void __launch_bounds__(TN_THREADS) k_tn_table_embed(const TnNet<double> N, float* __restrict__ T) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<double> A = {(double*)tn_smem};
     const int g = blockIdx.x, F = N.F;
-    double *x = A.take(N.R), *dx = A.take(N.R), *ddx = A.take(N.R), *p = A.take(3 * F), *dp = A.take(3 * F), *ddp = A.take(3 * F);
-    const double d0 = N.cl > 0 ? N.cl : 0.0, d = d0 + g * (N.cu - d0) / (TN_TABLE_POINTS - 1);
-    double c[3];
-    table_basis(N, d, x, dx, ddx, c);
-    __syncthreads();
-    for (int q = 0; q < 3; q++) table_lin(N.dp[q], x, dx, ddx, p + q * F, dp + q * F, ddp + q * F);
-    __syncthreads();
-    table_row(3 * F, p, dp, ddp, c, T + (size_t)g * 9 * F);
+    double *x = A.take(N.R), *dx = A.take(N.R), *ddx = A.take(N.R), *p = A.take(3 * F), *dp = A.take(3 * F), *ddp = A.take(3 * F),
+           *fg = A.take(3 * F);
+    const double d0 = N.cl > 0 ? N.cl : 0.0;
+    for (int pass = 0; pass < 2; pass++) {
+        const double d = d0 + (g + pass) * (N.cu - d0) / (TN_TABLE_POINTS - 1);
+        double c[3];
+        table_basis(N, d, x, dx, ddx, c);
+        __syncthreads();
+        for (int q = 0; q < 3; q++) table_lin(N.dp[q], x, dx, ddx, p + q * F, dp + q * F, ddp + q * F);
+        __syncthreads();
+        table_row(pass, 3 * F, p, dp, c, fg, T + (size_t)g * 9 * F);
+        __syncthreads();
+    }
 }
 
 __global__ void k_tn_positions(const void* __restrict__ positions, int format, const int* __restrict__ index_of,
@@ -1908,7 +1914,7 @@ static nnp_status tn_build_tables(const tn_model* tm, tn_cuda_state* s) {
     float* next = s->tables;
     for (int k = 0; st == NNP_OK && k < s->last - s->first; k++) {
         const int F = dn[k].F;
-        const size_t smem = (size_t)(3 * dn[k].R + 18 * F + 32) * sizeof(double);
+        const size_t smem = (size_t)(3 * dn[k].R + 21 * F + 32) * sizeof(double);
         allow_dynamic_smem(k_tn_table_layer);
         allow_dynamic_smem(k_tn_table_embed);
         for (int l = 0; l < dn[k].L; l++) {
