@@ -28,8 +28,11 @@
  * atom, each every G-th edge, and the last block of an atom adds the groups' sums in group order
  * (group_sum); the per-channel steps after a linear (x0_step, update_step, bx_step) run one thread
  * per atom channel (k_tn_step). Every kernel but the first is a programmatic dependent launch
- * (TN_PDL; pdl_start at its top), and no memset lies between them. Every sum is formed in a fixed order, so the same inputs give the same bits. Inside
- * stream capture nothing is allocated, copied from the host, synchronised or loaded.
+ * (TN_PDL), and no memset lies between them; before its wait (pdl_start) a GEMM loads its first
+ * chunk of weights, and an edge kernel that does not follow k_tn_neighbors directly compacts its
+ * first chunk of edges (see pdl_wait: what kernels before the predecessor wrote may be read).
+ * Every sum is formed in a fixed order, so the same inputs give the same bits. Inside stream
+ * capture nothing is allocated, copied from the host, synchronised or loaded.
  */
 #include "../../../cuda/positions.cuh"
 #include "../tensornet.h"
@@ -691,7 +694,6 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
 }
 template <int K>
 __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out, int n) {
-    pdl_start();
     constexpr int AP = K + 4, BP = 32 + 8, NX = 64 * K / 128, NM = K * 32 / 128;
     __shared__ __align__(16) float as[64 * AP];
     __shared__ __align__(16) float bs[K * BP];
@@ -704,25 +706,30 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
     float xr[NX], mr[NM];
     /* thread (warp, lane) loads rows warp + 4 (r % 16) at k0 + 32 (r / 16) + lane, and M's rows
        k0 + warp + 4r at o0 + lane */
-    auto fetch = [&](int k0) {
+    auto fetch_m = [&](int k0) {
         const int o = o0 + lane;
-#pragma unroll
-        for (int r = 0; r < NX; r++) {
-            const int row = r0 + warp + 4 * (r % 16), a = row / nc, c = c0 + row % nc, k = k0 + 32 * (r / 16) + lane;
-            xr[r] = row < rows && k < F ? in[(size_t)a * F10 + (size_t)c * F + k] : 0.0f;
-        }
 #pragma unroll
         for (int r = 0; r < NM; r++) {
             const int kk = k0 + warp + 4 * r;
             mr[r] = kk < F && o < F ? M[(size_t)kk * F + o] : 0.0f;
         }
     };
+    auto fetch_x = [&](int k0) {
+#pragma unroll
+        for (int r = 0; r < NX; r++) {
+            const int row = r0 + warp + 4 * (r % 16), a = row / nc, c = c0 + row % nc, k = k0 + 32 * (r / 16) + lane;
+            xr[r] = row < rows && k < F ? in[(size_t)a * F10 + (size_t)c * F + k] : 0.0f;
+        }
+    };
+    /* the first chunk of the weights (constant) while the predecessor drains, then the inputs */
+    fetch_m(0);
+    pdl_start();
+    fetch_x(0);
     float acc[4][4];
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int q = 0; q < 4; q++) acc[j][q] = 0;
-    fetch(0);
     for (int k0 = 0; k0 < F; k0 += K) {
         __syncthreads(); /* the previous chunk has been read */
 #pragma unroll
@@ -730,7 +737,7 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
 #pragma unroll
         for (int r = 0; r < NM; r++) bs[(warp + 4 * r) * BP + lane] = mr[r];
         __syncthreads();
-        if (k0 + K < F) fetch(k0 + K);
+        if (k0 + K < F) fetch_m(k0 + K), fetch_x(k0 + K);
 #pragma unroll
         for (int ks = 0; ks < K; ks += 8) {
             const float* A0 = as + (16 * warp + g) * AP + ks + t;
@@ -801,7 +808,6 @@ __device__ __forceinline__ void rows_out(const RowsIO<real>& io, int n, int a0, 
     }
 }
 template <typename real, int EPI, int K> __global__ void __launch_bounds__(128) k_tn_rows(const RowsIO<real> io, int n) {
-    pdl_start();
     typedef typename real4_of<real>::type real4;
     constexpr int RW = 4, NX = 16 * K / 128, NM = K * 32 / 128;
     __shared__ __align__(16) real xs[16 * K];
@@ -814,19 +820,24 @@ template <typename real, int EPI, int K> __global__ void __launch_bounds__(128) 
     real xr[NX], mr[NM];
     /* thread (warp, lane) loads rows warp + 4 (r % 4) of the inputs at k0 + 32 (r / 4) + lane, and
        rows k0 + warp + 4r of M at output o */
-    auto fetch = [&](int k0) {
-#pragma unroll
-        for (int r = 0; r < NX; r++) {
-            const int a = r0 + warp + 4 * (r % 4), k = k0 + 32 * (r / 4) + lane;
-            xr[r] = a < n && k < io.kn ? io.in[(size_t)a * io.ld_in + k] : real(0);
-        }
+    auto fetch_m = [&](int k0) {
 #pragma unroll
         for (int r = 0; r < NM; r++) {
             const int kk = k0 + warp + 4 * r;
             mr[r] = kk < io.kn && o < io.on ? io.M[(size_t)kk * io.on + o] : real(0);
         }
     };
-    fetch(0);
+    auto fetch_x = [&](int k0) {
+#pragma unroll
+        for (int r = 0; r < NX; r++) {
+            const int a = r0 + warp + 4 * (r % 4), k = k0 + 32 * (r / 4) + lane;
+            xr[r] = a < n && k < io.kn ? io.in[(size_t)a * io.ld_in + k] : real(0);
+        }
+    };
+    /* the first chunk of the weights (constant) while the predecessor drains, then the inputs */
+    fetch_m(0);
+    pdl_start();
+    fetch_x(0);
     for (int k0 = 0; k0 < io.kn; k0 += K) {
         __syncthreads(); /* the previous chunk has been read */
 #pragma unroll
@@ -834,7 +845,7 @@ template <typename real, int EPI, int K> __global__ void __launch_bounds__(128) 
 #pragma unroll
         for (int r = 0; r < NM; r++) ms[threadIdx.x + 128 * r] = mr[r];
         __syncthreads();
-        if (k0 + K < io.kn) fetch(k0 + K);
+        if (k0 + K < io.kn) fetch_m(k0 + K), fetch_x(k0 + K);
 #pragma unroll 2
         for (int k = 0; k < K; k += 4) {
             real w[4];
@@ -1076,7 +1087,6 @@ template <typename real> __device__ __forceinline__ void x0_step(const TnNet<rea
    into S1 for the second channel linear. */
 template <typename real>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
-    pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
@@ -1085,13 +1095,14 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
          *fac = A.take(3 * F);
     EdgeChunk<real> E;
     E.take(A);
-    const int ns = 1 + b.nbr_n[i];
+    const int ns = 1 + b.nbr_n[i], ne0 = Ly.table ? edge_chunk(N, b, i, 0, min(ns, TN_EDGE_CHUNK), E) : 0; /* before the wait */
+    pdl_start();
     if (Ly.table) { /* each thread its channels, summed in registers; block blockIdx.y of gridDim.y
                        every gridDim.y-th edge (group_sum) */
         const int grp = blockIdx.y, groups = gridDim.y;
         const real* Y = b.Yirr + (size_t)l * b.n * F10;
         for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
-            const int ne = edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
+            const int ne = c0 == 0 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
             for (int f = threadIdx.x; f < F; f += TN_THREADS) {
                 real m[TN_NI];
                 for (int c = 0; c < TN_NI; c++) m[c] = 0;
@@ -1296,7 +1307,6 @@ template <typename real> __device__ __forceinline__ real edge_sum(const real* re
    filter (float32: from the table; else the filter network, whose values go to fac for k_tn_b2). */
 template <typename real>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
-    pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
@@ -1313,6 +1323,8 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
     real* ered = A.take(TN_EDGE_CHUNK * (TN_THREADS / 32));
     EdgeChunk<real> E;
     E.take(A);
+    const int ns = 1 + b.nbr_n[i], ne0 = Ly.table && ns > 1 ? edge_chunk(N, b, i, 1, min(ns, 1 + TN_EDGE_CHUNK), E) : 0; /* before the wait */
+    pdl_start();
     const real cq = b.cq[i];
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         real g[TN_NI], gCn[9], B[9], gB[9], mt[TN_NI], yt[TN_NI], msg[9], Y[9];
@@ -1344,12 +1356,11 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
         if (grp == 0) st(b.gY + (size_t)i * F10, F, f, o);
     }
     const real* gMi = gMs ? gMs : b.gM + (size_t)i * F10; /* each thread reads back only its own channels */
-    const int ns = 1 + b.nbr_n[i];
     const size_t e0 = (size_t)i * (b.cap + 1);
     if (Ly.table) { /* dE/dd = Σ dE/dfac · dfac/dd from the table; k_tn_b2 reads the factors there too */
         const real* Y = b.Yirr + (size_t)l * b.n * F10;
         for (int c0 = 1; c0 < ns; c0 += TN_EDGE_CHUNK) {
-            const int ne = edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
+            const int ne = c0 == 1 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
 #pragma unroll 2
             for (int e = grp; e < ne; e += groups) {
                 const real* Yj = Y + (size_t)E.j[e] * F10;
@@ -1393,7 +1404,6 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
    S1 for the first channel linear's backward. */
 template <typename real>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
-    pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int j = blockIdx.x, F = N.F;
@@ -1401,14 +1411,15 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
     real* gYt = A.take(F10);
     EdgeChunk<real> E;
     E.take(A);
-    const int ns = 1 + b.nbr_n[j];
+    const int ns = 1 + b.nbr_n[j], ne0 = Ly.table ? edge_chunk(N, b, j, 0, min(ns, TN_EDGE_CHUNK), E) : 0; /* before the wait */
+    pdl_start();
     const size_t e0 = (size_t)j * (b.cap + 1);
     real* out = b.S1 + (size_t)j * F10;
     if (Ly.table) { /* each thread its channels, in registers (between chunks in gYt); block
                        blockIdx.y of gridDim.y every gridDim.y-th edge, the first from gY (group_sum) */
         const int grp = blockIdx.y, groups = gridDim.y;
         for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
-            const int ne = edge_chunk(N, b, j, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
+            const int ne = c0 == 0 ? ne0 : edge_chunk(N, b, j, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
             for (int f = threadIdx.x; f < F; f += TN_THREADS) {
                 real g[TN_NI];
                 if (c0 > 0) ld(gYt, F, f, g);
@@ -1535,7 +1546,6 @@ template <typename real> __global__ void k_tn_ln_back(const TnNet<real> N, const
 /* Embedding backward part 2, atom i (block), after the channel linear elt's backward (dE/dT's parts
    in S2): dE/dXe, then dE/dd and dE/du of i's edges. */
 template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(const TnNet<real> N, const TnBuf<real> b) {
-    pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F, R = N.R, grp = blockIdx.y, groups = gridDim.y;
@@ -1544,6 +1554,8 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
          *ered = A.take(4 * TN_EDGE_CHUNK * (TN_THREADS / 32));
     EdgeChunk<real> E;
     E.take(A);
+    const int ns = 1 + b.nbr_n[i], ne0 = N.emb_table && ns > 1 ? edge_chunk(N, b, i, 1, min(ns, 1 + TN_EDGE_CHUNK), E) : 0; /* before the wait */
+    pdl_start();
     const real* zpi = N.zp + (size_t)b.z[i] * F;
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         real g[TN_NI], gm[9], Xe[9];
@@ -1553,11 +1565,10 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
         const real gtn = b.gtn[(size_t)i * F + f];
         for (int c = 0; c < 9; c++) gXe[c * F + f] = gm[c] + real(2) * Xe[c] * gtn;
     }
-    const int ns = 1 + b.nbr_n[i];
     const size_t e0 = (size_t)i * (b.cap + 1);
     if (N.emb_table) { /* the factors dp_q(rbf) · C and their derivatives from the table */
         for (int c0 = 1; c0 < ns; c0 += TN_EDGE_CHUNK) {
-            const int ne = edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
+            const int ne = c0 == 1 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
 #pragma unroll 2
             for (int e = grp; e < ne; e += groups) { /* as k_tn_b1: every gridDim.y-th edge */
                 const real u[3] = {E.u[3 * e], E.u[3 * e + 1], E.u[3 * e + 2]};
