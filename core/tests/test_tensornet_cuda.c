@@ -2,8 +2,9 @@
  * TensorNet's CUDA evaluation against its CPU evaluation in double precision (which the Python tests
  * compare with torchmd-net itself), for the converted test checkpoints given on the command line:
  * float32 and float64, one molecule, many molecules with total charges −1/0/+1, every AceFF element,
- * a periodic box, one ensemble member; determinism; OpenMM's layout (float4 positions, a permuted
- * index, fixed-point forces) captured into a CUDA graph and replayed bit-identical to eager calls.
+ * a periodic box, over 1,100 atoms (the many-atom kernels), one ensemble member; determinism;
+ * OpenMM's layout (float4 positions, a permuted index, fixed-point forces) captured into a CUDA
+ * graph and replayed bit-identical to eager calls.
  *   test_tensornet_cuda MODEL.nnpm...
  * Skips (exit code 77, with the reason) where no CUDA device is present.
  */
@@ -227,6 +228,9 @@ int main(int argc, char** argv) {
         system_t sys[N_SYSTEMS];
         make_systems(sys);
         system_t *one = &sys[0], *many = &sys[1], *rare = &sys[2], *box = &sys[3], *dense = &sys[4];
+        /* more atoms (over 1,100) than the few-atom kernels take (TN_CHAN_DEEP_ATOMS) */
+        system_t large = make_system("60 molecules, charged", 1, 60, 1, 0);
+        CHECK(large.n > 1100);
         if (quick == NULL) {
             for (int p = 0; p < 2; p++) {
                 nnp_precision prec = p ? NNP_PRECISION_DOUBLE : NNP_PRECISION_SINGLE;
@@ -235,6 +239,7 @@ int main(int argc, char** argv) {
                 compare(name, model, rare, -1, prec);
                 compare(name, model, box, -1, prec);
                 compare(name, model, dense, -1, prec);
+                compare(name, model, &large, -1, prec);
             }
             compare(name, model, many, 0, NNP_PRECISION_SINGLE);
         } else { /* the few-atom kernels (one molecule, both precisions) and the many-atom ones */
@@ -242,9 +247,11 @@ int main(int argc, char** argv) {
             compare(name, model, one, -1, NNP_PRECISION_DOUBLE);
             compare(name, model, many, -1, NNP_PRECISION_SINGLE);
             compare(name, model, dense, -1, NNP_PRECISION_SINGLE);
+            compare(name, model, &large, -1, NNP_PRECISION_SINGLE);
         }
         graph_replay(name, model, many);
         for (int k = 0; k < N_SYSTEMS; k++) free_system(&sys[k]);
+        free_system(&large);
         nnp_model_free(model);
     }
     return test_finish("test_tensornet_cuda");
