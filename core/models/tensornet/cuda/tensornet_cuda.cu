@@ -49,11 +49,14 @@
 #define TN_GEMM_WIDE_ATOMS 2048    /* k_tn_chan: from this many atoms, 8 atoms per block (2 per warp), else 4 */
 #define TN_CHAN_DEEP_ATOMS 1024    /* k_tn_chan_tc: up to this many atoms, k in chunks of 64 (half the dependent loads), else 32 */
 #define TN_ROWS_K 64               /* k_tn_rows: k in chunks of this many (32 and 128 measured slower; float64 at 128 would exceed 48 KB of static shared memory) */
+#define TN_EDGE_UNROLL 4           /* the per-edge loops of the edge kernels: edges unrolled (loads in flight; 1 and 2 measured slower) */
 #define TN_EDGE_CHUNK 64           /* per-edge block sums gathered per chunk of this many edges */
 #define TN_EW_THREADS 128          /* threads per block of the per-channel kernels */
 #define TN_PDL 1                   /* programmatic dependent launches: each kernel of an evaluation but the first launches while its predecessor drains */
 #define TN_EDGE_GROUPS 4           /* the per-atom edge kernels (tables): at most this many blocks per atom, each every G-th edge */
 #define TN_BLOCKS_PER_SM 2         /* ... as many as give the GPU this many blocks per SM (few atoms) */
+
+static constexpr int tn_edge_unroll = TN_EDGE_UNROLL; /* as #pragma unroll takes it */
 
 #define TN_NI 10 /* irreducible components per channel: I (1), A (3), S (6) */
 /* The part (0: I, 1: A, 2: S) of component c; a constant where loops over c unroll. */
@@ -1003,7 +1006,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
                 real x[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
                 if (c0 > 0) ld(Xe, F, f, x);
                 const real zp = zpi[f];
-#pragma unroll 2
+#pragma unroll tn_edge_unroll
                 for (int e = grp; e < ne; e += groups) {
                     const RadialPoint rp = E.point(N, e);
                     const real zij = zp + N.zq[(size_t)E.zj[e] * F + f];
@@ -1107,7 +1110,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
                 real m[TN_NI];
                 for (int c = 0; c < TN_NI; c++) m[c] = 0;
                 if (c0 > 0) ld(Mi, F, f, m);
-#pragma unroll 2
+#pragma unroll tn_edge_unroll
                 for (int e = grp; e < ne; e += groups) {
                     const real* Yj = Y + (size_t)E.j[e] * F10;
                     const RadialPoint rp = E.point(N, e);
@@ -1361,7 +1364,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
         const real* Y = b.Yirr + (size_t)l * b.n * F10;
         for (int c0 = 1; c0 < ns; c0 += TN_EDGE_CHUNK) {
             const int ne = c0 == 1 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
-#pragma unroll 2
+#pragma unroll tn_edge_unroll
             for (int e = grp; e < ne; e += groups) {
                 const real* Yj = Y + (size_t)E.j[e] * F10;
                 const RadialPoint rp = E.point(N, e);
@@ -1426,7 +1429,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
                 else if (grp == 0) ld(b.gY + (size_t)j * F10, F, f, g);
                 else
                     for (int c = 0; c < TN_NI; c++) g[c] = 0;
-#pragma unroll 2
+#pragma unroll tn_edge_unroll
                 for (int e = grp; e < ne; e += groups) {
                     /* the filter of edge (j, i) equals that of (i, j): the same distance */
                     const real* gMi = b.gM + (size_t)E.j[e] * F10;
@@ -1569,7 +1572,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
     if (N.emb_table) { /* the factors dp_q(rbf) · C and their derivatives from the table */
         for (int c0 = 1; c0 < ns; c0 += TN_EDGE_CHUNK) {
             const int ne = c0 == 1 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
-#pragma unroll 2
+#pragma unroll tn_edge_unroll
             for (int e = grp; e < ne; e += groups) { /* as k_tn_b1: every gridDim.y-th edge */
                 const real u[3] = {E.u[3 * e], E.u[3 * e + 1], E.u[3 * e + 2]};
                 real sums[4] = {0, 0, 0, 0}; /* dE/dd, dE/du */
