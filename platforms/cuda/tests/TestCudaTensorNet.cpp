@@ -1,7 +1,8 @@
 /* A TensorNet NNPForce on the CUDA platform against the Reference platform (energy, forces, per-batch
    energies of charged batches, in mixed and double precision), a changed charge reaching the running
    Context, and NNPVerletIntegrator / NNPLangevinIntegrator replaying whole steps from CUDA graphs
-   (energy conserved under Verlet, equal to a plain VerletIntegrator's first steps); with N, also
+   (energy conserved under Verlet, equal to a plain VerletIntegrator's first steps), a Context on
+   two devices against one (charges per device included); with N, also
    the NVE drift of N drug-like molecules (one batch each) over 0.5 ps.
      TestCudaTensorNet MODEL.nnpm [N]   (a converted TensorNet checkpoint) */
 #include "NNPIntegrators.h"
@@ -65,6 +66,64 @@ static void compareWithReference(const string& model, const string& precision) {
     vector<double> br2 = force->getBatchEnergies(ref), bc2 = force->getBatchEnergies(cuda);
     CHECK(br2[2] != br[2]);
     CHECK(std::fabs(bc2[2] - br2[2]) <= (dbl ? 1e-12 : 2e-6) * scale);
+}
+
+/* The force in a Context on two devices ("0,1", or "0,0": two CUDA contexts on one GPU) against
+   one device: the batches split between the devices' plans, each with its own batches' charges;
+   per-batch energies gathered in batch order, the total, the forces; a changed charge reaching every
+   device. Skipped (with a message) where no such Context can be created. */
+static void multiDevice(const string& model, const string& precision) {
+    string devices;
+    {
+        System probe;
+        probe.addParticle(1.0);
+        VerletIntegrator integrator(0.001);
+        for (const char* list : {"0,1", "0,0"}) {
+            try {
+                Context c(probe, integrator, Platform::getPlatformByName("CUDA"), {{"DeviceIndex", list}});
+                devices = list;
+                break;
+            } catch (const OpenMMException& e) {
+                std::cout << "DeviceIndex " << list << ": " << e.what() << std::endl;
+            }
+        }
+    }
+    if (devices.empty()) {
+        std::cout << "several devices: skipped (no Context on two CUDA devices here)" << std::endl;
+        return;
+    }
+    System system;
+    vector<Vec3> positions;
+    NNPForce* force = build(system, positions, model);
+    VerletIntegrator i1(0.001), i2(0.001);
+    Context one(system, i1, Platform::getPlatformByName("CUDA"), {{"Precision", precision}, {"DeviceIndex", "0"}});
+    Context several(system, i2, Platform::getPlatformByName("CUDA"), {{"Precision", precision}, {"DeviceIndex", devices}});
+    one.setPositions(positions);
+    several.setPositions(positions);
+    State s1 = one.getState(State::Energy | State::Forces), s2 = several.getState(State::Energy | State::Forces);
+    vector<double> b1 = force->getBatchEnergies(one), b2 = force->getBatchEnergies(several);
+    CHECK(b1.size() == 3 && b2.size() == 3);
+    if (b1.size() != 3 || b2.size() != 3) return;
+    double scale = 0, worst = 0;
+    for (double e : b1) scale += std::fabs(e) / b1.size();
+    for (size_t b = 0; b < b1.size(); b++) worst = std::max(worst, std::fabs(b2[b] - b1[b]) / scale);
+    const double frms = rmsRelative(s1.getForces(), s2.getForces());
+    const bool dbl = precision == "double";
+    std::cout << precision << ", DeviceIndex " << devices << " against one device: energy " << std::setprecision(12)
+              << s2.getPotentialEnergy() << " (one device " << s1.getPotentialEnergy() << "), worst batch " << std::setprecision(3)
+              << worst << " of the mean |batch energy|, forces rel RMS " << frms << std::endl;
+    CHECK(worst <= (dbl ? 1e-13 : 2e-6));
+    CHECK(frms <= (dbl ? 1e-12 : 5e-6));
+    CHECK(std::fabs(s2.getPotentialEnergy() - s1.getPotentialEnergy()) <= (dbl ? 1e-13 : 2e-6) * 3 * scale);
+    /* a changed charge reaches every device */
+    force->setBatchCharge(2, 0);
+    force->updateParametersInContext(one);
+    force->updateParametersInContext(several);
+    vector<double> c1 = force->getBatchEnergies(one), c2 = force->getBatchEnergies(several);
+    CHECK(c1[2] != b1[2]);
+    CHECK(std::fabs(c2[2] - c1[2]) <= (dbl ? 1e-13 : 2e-6) * scale);
+    std::cout << "  batch 2's charge -1 -> 0: energy " << std::setprecision(12) << c2[2] << " (one device " << c1[2] << ")"
+              << std::setprecision(3) << std::endl;
 }
 
 /* NVE with the plugin's Verlet integrator (graphs of whole steps) on CUDA: the first steps equal a
@@ -162,6 +221,8 @@ int main(int argc, char** argv) {
         compareWithReference(argv[1], "mixed");
         compareWithReference(argv[1], "double");
         integrators(argv[1]);
+        multiDevice(argv[1], "mixed");
+        multiDevice(argv[1], "double");
         if (argc == 3) drift(argv[1], atoi(argv[2]));
     } catch (const std::exception& e) {
         std::cout << "exception: " << e.what() << std::endl;
