@@ -110,6 +110,23 @@ static void expectError(const string& needle, F body, const string& alternative 
     throw OpenMMException("expected an OpenMMException containing '" + needle + "'");
 }
 
+/* A DeviceIndex list of two CUDA devices that a Context can be created on: "0,1", else "0,0" (two
+   CUDA contexts on one GPU); "" where neither can (each refusal printed). */
+static string twoCudaDevices() {
+    System system;
+    system.addParticle(1.0);
+    VerletIntegrator integrator(0.001);
+    for (const char* list : {"0,1", "0,0"}) {
+        try {
+            Context c(system, integrator, Platform::getPlatformByName("CUDA"), {{"DeviceIndex", list}});
+            return list;
+        } catch (const OpenMMException& e) {
+            std::cout << "DeviceIndex " << list << ": " << e.what() << std::endl;
+        }
+    }
+    return "";
+}
+
 /* Loads OpenMM's plugins and this plugin's platform libraries; false (after saying why) when the
    platform under test or its `kernel` is missing here: the test then exits with 77 (skipped). */
 static bool platformAvailable(const string& kernel) {

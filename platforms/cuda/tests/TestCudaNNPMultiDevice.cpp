@@ -43,21 +43,6 @@ static double rmsRelative(const vector<Vec3>& ref, const vector<Vec3>& x) {
 
 static string devices2; // "0,1" on a machine with two GPUs, else "0,0"
 
-static string pickDevices() {
-    System system;
-    system.addParticle(1.0);
-    VerletIntegrator integrator(0.001);
-    for (const char* list : {"0,1", "0,0"}) {
-        try {
-            Context c(system, integrator, Platform::getPlatformByName("CUDA"), {{"DeviceIndex", list}});
-            return list;
-        } catch (const OpenMMException& e) {
-            std::cout << "DeviceIndex " << list << ": " << e.what() << std::endl;
-        }
-    }
-    return "";
-}
-
 /* One device against `devices`: batch energies (bit for bit where `identical`), the total, forces. */
 static void compare(const vector<Molecule>& mols, const string& precision, const string& devices) {
     System system;
@@ -159,7 +144,7 @@ static void integratorsRefuse() {
 int main(int argc, char** argv) {
     try {
         if (!platformAvailable("CalcNNPForce")) return 77;
-        devices2 = pickDevices();
+        devices2 = twoCudaDevices();
         if (devices2.empty()) {
             std::cout << "skipped: no Context on two CUDA devices can be created here" << std::endl;
             return 77;

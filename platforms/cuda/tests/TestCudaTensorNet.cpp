@@ -73,21 +73,7 @@ static void compareWithReference(const string& model, const string& precision) {
    per-batch energies gathered in batch order, the total, the forces; a changed charge reaching every
    device. Skipped (with a message) where no such Context can be created. */
 static void multiDevice(const string& model, const string& precision) {
-    string devices;
-    {
-        System probe;
-        probe.addParticle(1.0);
-        VerletIntegrator integrator(0.001);
-        for (const char* list : {"0,1", "0,0"}) {
-            try {
-                Context c(probe, integrator, Platform::getPlatformByName("CUDA"), {{"DeviceIndex", list}});
-                devices = list;
-                break;
-            } catch (const OpenMMException& e) {
-                std::cout << "DeviceIndex " << list << ": " << e.what() << std::endl;
-            }
-        }
-    }
+    const string devices = twoCudaDevices();
     if (devices.empty()) {
         std::cout << "several devices: skipped (no Context on two CUDA devices here)" << std::endl;
         return;
