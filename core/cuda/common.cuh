@@ -69,25 +69,65 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 __device__ __forceinline__ void pdl_start() { pdl_wait(), pdl_trigger(); }
 
+/* Thread-block clusters (sm_90 and later): the blocks in this block's cluster (1 without one), a
+   barrier over them that also orders their shared-memory writes before the reads after it, and
+   block `rank`'s copy of a shared variable (ld.shared::cluster). */
+__device__ __forceinline__ unsigned cluster_blocks() {
+    unsigned r = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+#endif
+    return r;
+}
+__device__ __forceinline__ void cluster_barrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ float cluster_load(const float* p, int rank) {
+    float v = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+#endif
+    return v;
+}
+__device__ __forceinline__ double cluster_load(const double* p, int rank) {
+    double v = 0.0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(remote) : "memory");
+#endif
+    return v;
+}
+
 /* Launches a kernel, as a programmatic dependent launch when pdl is set (see pdl_wait), in
-   thread-block clusters of cluster_z blocks along z where that is more than 1. */
+   thread-block clusters of the given shape where it has more than one block (launch_kc: cluster_z
+   blocks along z). */
 template <typename... KArgs, typename... Args>
-static void launch_kc(bool pdl, unsigned cluster_z, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      Args... args) {
+static void launch_kc3(bool pdl, dim3 cluster, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args... args) {
     cudaLaunchAttribute attr[2] = {};
     unsigned n = 0;
     if (pdl) {
         attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[n++].val.programmaticStreamSerializationAllowed = 1;
     }
-    if (cluster_z > 1) {
+    if (cluster.x * cluster.y * cluster.z > 1) {
         attr[n].id = cudaLaunchAttributeClusterDimension;
-        attr[n].val.clusterDim.x = 1, attr[n].val.clusterDim.y = 1, attr[n++].val.clusterDim.z = cluster_z;
+        attr[n].val.clusterDim.x = cluster.x, attr[n].val.clusterDim.y = cluster.y, attr[n++].val.clusterDim.z = cluster.z;
     }
     cudaLaunchConfig_t config = {};
     config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
     config.attrs = attr, config.numAttrs = n;
     cudaLaunchKernelEx(&config, kernel, args...);
+}
+template <typename... KArgs, typename... Args>
+static void launch_kc(bool pdl, unsigned cluster_z, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args... args) {
+    launch_kc3(pdl, dim3(1, 1, cluster_z), kernel, grid, block, smem, stream, args...);
 }
 template <typename... KArgs, typename... Args>
 static void launch_k(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {

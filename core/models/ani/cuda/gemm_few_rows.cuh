@@ -25,28 +25,6 @@ template <int EPI> __device__ __forceinline__ void few_rows_fixup(const GemmJob<
    elements over all parts, in part order, and applies the epilogue. The same sums in the same
    order as splitk_fixup's, so the same bits, without its fence, counter and L2 round trip. */
 #define MMA_RED 72 /* floats per row: a warp's float2 stores of 8 rows fill the banks twice, no conflict */
-__device__ __forceinline__ unsigned cluster_blocks() {
-    unsigned r = 1;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-#endif
-    return r;
-}
-__device__ __forceinline__ void cluster_barrier() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-/* Block `rank`'s copy of the shared variable at p (ld.shared::cluster). */
-__device__ __forceinline__ float cluster_load(const float* p, int rank) {
-    float v = 0.f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned local = (unsigned)__cvta_generic_to_shared(p), remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-#endif
-    return v;
-}
 template <int EPI>
 __device__ void cluster_fixup(const GemmJob<float>& job, int ksplit, int part, int col0, const float (*red)[MMA_RED]) {
     cluster_barrier(); /* every part's sums are in its shared memory */

@@ -55,6 +55,7 @@
 #define TN_PDL 1                   /* programmatic dependent launches: each kernel of an evaluation but the first launches while its predecessor drains */
 #define TN_EDGE_GROUPS 4           /* the per-atom edge kernels (tables): at most this many blocks per atom, each every G-th edge */
 #define TN_BLOCKS_PER_SM 2         /* ... as many as give the GPU this many blocks per SM (few atoms) */
+#define TN_CLUSTER_SUM 1           /* ... each atom's blocks one thread-block cluster: their sums added through shared memory (sm_90) */
 
 static constexpr int tn_edge_unroll = TN_EDGE_UNROLL; /* as #pragma unroll takes it */
 
@@ -956,13 +957,26 @@ __device__ int edge_chunk(const TnNet<real>& N, const TnBuf<real>& b, int i, int
 
 /* The per-channel sums of atom i over its edges when gridDim.y blocks share them (each every
    gridDim.y-th edge): every block calls this with its partial sums of kf reals in shared memory
-   (sm); each writes them to b.split, and the last to finish adds all in group order into sm and
-   returns true (the others false, and return). The same order whichever finishes last: the same bits.
-   Every thread of the block calls it. */
+   (sm). Where the atom's blocks are one thread-block cluster (TN_CLUSTER_SUM), block 0 adds the
+   others' sums from their shared memory, in group order, into sm and returns true (the others
+   false, and return); else each writes them to b.split, and the last to finish adds all in group
+   order. The same order either way: the same bits. Every thread of the block calls it. */
 template <typename real> __device__ bool group_sum(const TnBuf<real>& b, int i, real* sm, int kf) {
     if (gridDim.y == 1) return true;
-    __shared__ int last;
     const int G = gridDim.y;
+    if (cluster_blocks() == (unsigned)G) {
+        cluster_barrier(); /* every block's sums are in its shared memory */
+        if (blockIdx.y == 0)
+            for (int q = threadIdx.x; q < kf; q += blockDim.x) {
+                real x = sm[q];
+                for (int g = 1; g < G; g++) x += cluster_load(sm + q, g);
+                sm[q] = x;
+            }
+        cluster_barrier(); /* no block leaves (and frees its shared memory) before block 0 has read it;
+                              block 0's sums visible to all its threads */
+        return blockIdx.y == 0;
+    }
+    __shared__ int last;
     __syncthreads(); /* sm complete */
     real* mine = b.split + ((size_t)i * G + blockIdx.y) * kf;
     for (int q = threadIdx.x; q < kf; q += blockDim.x) __stcg(mine + q, sm[q]);
@@ -1764,6 +1778,7 @@ typedef struct tn_cuda_state {
     int precision, n, n_batches, cap, first, last;
     size_t smem; /* dynamic shared memory of the per-atom kernels */
     int edge_groups; /* blocks per atom of the per-edge kernels with tables (few atoms; tn_build) */
+    int clusters;    /* the GPU launches thread-block clusters (group_sum through shared memory) */
     void* split;     /* edge_groups > 1: the groups' partial sums (TnBuf::split), and per atom a count */
     int* split_count;
     void* weights;                              /* every member's weights in the evaluation's precision */
@@ -2030,6 +2045,8 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     CUDA_TRY(cudaGetDevice(&dev));
     CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (cudaDeviceGetAttribute(&s->clusters, cudaDevAttrClusterLaunch, dev) != cudaSuccess) s->clusters = 0;
+    s->clusters = s->clusters && TN_CLUSTER_SUM;
     /* few atoms: the per-edge kernels' edges over several blocks per atom, so that the GPU has
        TN_BLOCKS_PER_SM blocks per SM (one molecule: 22 atoms would fill 22 of 132 SMs) */
     s->edge_groups = n > 0 ? (TN_BLOCKS_PER_SM * sms + n - 1) / n : 1;
@@ -2235,13 +2252,17 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                     launch_k(pdl, k_tn_step<real, TN_CH_BX>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, l);
             };
             const unsigned eg = (unsigned)s->edge_groups;
-            launch_k(pdl, k_tn_embed<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, b);
+            /* the per-edge kernels with group sums: each atom's blocks one cluster (group_sum) */
+            auto groups = [&](bool table) { return dim3(1, s->clusters && table ? eg : 1, 1); };
+            launch_kc3(pdl, groups(N.emb_table != NULL), k_tn_embed<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N,
+                       b);
             rows(N.els[0], false, TN_EPI_SILU, b.ln, b.h1, b.a1, NULL);
             rows(N.els[1], false, TN_EPI_SILU, b.a1, b.h2, b.nrm, NULL);
             chan_step(N.elt, false, TN_CH_X0, b.S1, b.WT, 0);
             for (int l = 0; l < N.L; l++) {
                 chan(Ly[l].llt, false, b.S3, b.Yirr + (size_t)l * n * TN_NI * N.F);
-                launch_k(pdl, k_tn_layer_b<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
+                launch_kc3(pdl, groups(Ly[l].table != NULL), k_tn_layer_b<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem,
+                           stream, N, Ly[l], b, l);
                 chan_step(Ly[l].llt + 3, false, TN_CH_UPDATE, b.S1, b.S2, l);
             }
             /* the output: LayerNorm, SiLU(linear), the head (SiLU between its layers), the energies */
@@ -2268,7 +2289,8 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             for (int l = N.L - 1; l >= 0; l--) {
                 chan(Ly[l].llt + 3, true, b.S3, b.S2);
                 launch_k(pdl, k_tn_b1<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
-                launch_k(pdl, k_tn_b2<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
+                launch_kc3(pdl, groups(Ly[l].table != NULL), k_tn_b2<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream,
+                           N, Ly[l], b, l);
                 chan_step(Ly[l].llt, true, TN_CH_BX, b.S1, b.S2, l);
             }
             if (N.L == 0) launch_k(pdl, k_tn_step<real, TN_CH_EB1>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
