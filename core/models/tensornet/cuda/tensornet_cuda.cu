@@ -70,6 +70,7 @@ static const int TN_FLAG_CLEAR[TN_FLAGS] = {0x7fffffff, 0, 0, 0};
 
 template <typename real> struct Lin {
     const real *w, *wt, *b; /* w: n_out × n_in; wt: its transpose; b: n_out or NULL */
+    const real *w2, *wt2;   /* float32 channel linears: w and wt as TF32 (high, low) pairs (k_tn_chan_tc), else NULL */
     int n_out, n_in;
 };
 
@@ -593,7 +594,7 @@ __global__ void __launch_bounds__(32 * TN_NBR_WARPS)
  * same bits.
  */
 template <typename real> struct ChanW {
-    const real* m[3];
+    const real* m[3]; /* k_tn_chan_tc: pairs (float2) */
 };
 template <typename real, int AW>
 __global__ void __launch_bounds__(128) k_tn_chan(const ChanW<real> W, int F, const real* __restrict__ in, real* __restrict__ out, int n) {
@@ -683,6 +684,8 @@ __global__ void __launch_bounds__(128) k_tn_chan(const ChanW<real> W, int F, con
  * mma.m16n8k8 (4 tiles of 8 outputs); k runs in chunks of K (32, or 64 for few atoms, where each
  * chunk's dependent loads are most of the time: TN_CHAN_DEEP_ATOMS) through shared memory (rows
  * padded against bank conflicts), the next chunk's loads in flight while one is multiplied. The
+ * weights come split into their TF32 (high, low) pairs when the plan is made (tf32_pair), so the
+ * inner loop only reads them. The
  * tensor cores' sums come in a fixed order, the same for either K, so the same inputs give the same
  * bits.
  */
@@ -698,16 +701,17 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
 }
 template <int K>
 __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out, int n) {
-    constexpr int AP = K + 4, BP = 32 + 8, NX = 64 * K / 128, NM = K * 32 / 128;
+    constexpr int AP = K + 4, BP = 32 + 4, NX = 64 * K / 128, NM = K * 32 / 128; /* BP: 8-byte reads of rows t .. t + 3 in distinct banks */
     __shared__ __align__(16) float as[64 * AP];
-    __shared__ __align__(16) float bs[K * BP];
+    __shared__ __align__(16) float2 bs[K * BP];
     const int p = blockIdx.z, nc = p == 0 ? 1 : (p == 1 ? 3 : 6), c0 = p == 0 ? 0 : (p == 1 ? 1 : 4);
     const int rows = n * nc, r0 = blockIdx.x * 64, o0 = blockIdx.y * 32;
     if (r0 >= rows) return; /* the grid covers the largest part */
-    const float* M = p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2]);
+    const float2* M = (const float2*)(p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2]));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const size_t F10 = (size_t)TN_NI * F;
-    float xr[NX], mr[NM];
+    float xr[NX];
+    float2 mr[NM];
     /* thread (warp, lane) loads rows warp + 4 (r % 16) at k0 + 32 (r / 16) + lane, and M's rows
        k0 + warp + 4r at o0 + lane */
     auto fetch_m = [&](int k0) {
@@ -715,7 +719,8 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
 #pragma unroll
         for (int r = 0; r < NM; r++) {
             const int kk = k0 + warp + 4 * r;
-            mr[r] = kk < F && o < F ? M[(size_t)kk * F + o] : 0.0f;
+            mr[r] = make_float2(0.0f, 0.0f);
+            if (kk < F && o < F) mr[r] = M[(size_t)kk * F + o];
         }
     };
     auto fetch_x = [&](int k0) {
@@ -751,9 +756,9 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
             for (int q = 0; q < 4; q++) ahi[q] = tf32_hi(x[q]), alo[q] = tf32_hi(x[q] - __uint_as_float(ahi[q]));
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                const float w0 = bs[(ks + t) * BP + 8 * j + g], w1 = bs[(ks + t + 4) * BP + 8 * j + g];
-                const unsigned h0 = tf32_hi(w0), h1 = tf32_hi(w1);
-                const unsigned l0 = tf32_hi(w0 - __uint_as_float(h0)), l1 = tf32_hi(w1 - __uint_as_float(h1));
+                const float2 w0 = bs[(ks + t) * BP + 8 * j + g], w1 = bs[(ks + t + 4) * BP + 8 * j + g];
+                const unsigned h0 = __float_as_uint(w0.x), h1 = __float_as_uint(w1.x);
+                const unsigned l0 = __float_as_uint(w0.y), l1 = __float_as_uint(w1.y);
                 mma_tf32(acc[j], alo, h0, h1);
                 mma_tf32(acc[j], ahi, l0, l1);
                 mma_tf32(acc[j], ahi, h0, h1);
@@ -1798,6 +1803,21 @@ typedef struct tn_cuda_state {
     CUcontext context;
 } tn_cuda_state;
 
+/* x as TF32 high + low parts, as k_tn_chan_tc's tf32_hi splits its inputs: cvt.rna.tf32.f32 (round
+   to nearest, ties away from zero, the low 13 bits zero), then the remainder (exact in float) so. */
+static float tf32_round(float x) {
+    unsigned u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u; /* finite values */
+    float r;
+    memcpy(&r, &u, sizeof r);
+    return r;
+}
+static void tf32_pair(float x, float* hi, float* lo) {
+    *hi = tf32_round(x);
+    *lo = tf32_round(x - *hi);
+}
+
 static void tn_state_free(tn_cuda_state* s) {
     if (s == NULL) return;
     CUcontext pushed = NULL;
@@ -1859,6 +1879,25 @@ template <typename real> static nnp_status tn_upload_weights(const tn_model* tm,
                     for (int c = 0; c < L.n_in; c++) host[at + (size_t)c * L.n_out + r] = (real)L.w[(size_t)r * L.n_in + c];
             o.wt = base + at;
             o.b = L.b ? arr(L.b, (size_t)L.n_out) : NULL;
+            o.w2 = o.wt2 = NULL;
+            return o;
+        };
+        /* a channel linear: in float32 also w and wt as TF32 pairs, (high, low) adjacent */
+        auto chan_lin = [&](const tn_linear& L) -> Lin<real> {
+            Lin<real> o = lin(L);
+            if (sizeof(real) != sizeof(float)) return o;
+            const size_t nw = (size_t)L.n_out * L.n_in, at = used;
+            used += 4 * nw;
+            if (pass == 1)
+                for (int r = 0; r < L.n_out; r++)
+                    for (int c = 0; c < L.n_in; c++) {
+                        float hi, lo;
+                        tf32_pair((float)L.w[(size_t)r * L.n_in + c], &hi, &lo);
+                        real* w2 = host + at + 2 * ((size_t)r * L.n_in + c);
+                        real* wt2 = host + at + 2 * nw + 2 * ((size_t)c * L.n_out + r);
+                        w2[0] = wt2[0] = (real)hi, w2[1] = wt2[1] = (real)lo;
+                    }
+            o.w2 = base + at, o.wt2 = base + at + 2 * nw;
             return o;
         };
         for (int k = s->first; k < s->last; k++) {
@@ -1870,7 +1909,7 @@ template <typename real> static nnp_status tn_upload_weights(const tn_model* tm,
             N.init_w = arr(m->init_w, (size_t)m->F), N.init_b = arr(m->init_b, (size_t)m->F);
             N.out_w = arr(m->out_w, (size_t)3 * m->F), N.out_b = arr(m->out_b, (size_t)3 * m->F);
             N.emb2 = lin(m->emb2);
-            for (int q = 0; q < 3; q++) N.dp[q] = lin(m->dp[q]), N.elt[q] = lin(m->elt[q]);
+            for (int q = 0; q < 3; q++) N.dp[q] = lin(m->dp[q]), N.elt[q] = chan_lin(m->elt[q]);
             for (int q = 0; q < 2; q++) N.els[q] = lin(m->els[q]);
             N.linear = lin(m->linear);
             N.wide = 3 * m->F;
@@ -1882,7 +1921,7 @@ template <typename real> static nnp_status tn_upload_weights(const tn_model* tm,
             for (int l = 0; l < m->L; l++) {
                 TnLayer<real>& Ly = layers[(size_t)(k - s->first) * TN_MAX_LAYERS + l];
                 for (int q = 0; q < 3; q++) Ly.lls[q] = lin(m->lls[l][q]);
-                for (int q = 0; q < 6; q++) Ly.llt[q] = lin(m->llt[l][q]);
+                for (int q = 0; q < 6; q++) Ly.llt[q] = chan_lin(m->llt[l][q]);
             }
             N.atomref = NULL; /* set below */
         }
@@ -2216,7 +2255,7 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             const unsigned ew = (unsigned)(((size_t)n * N.F + TN_EW_THREADS - 1) / TN_EW_THREADS);
             auto chan = [&](const Lin<real>* W, bool backward, const real* in, real* out) {
                 ChanW<real> M;
-                for (int q = 0; q < 3; q++) M.m[q] = backward ? W[q].w : W[q].wt;
+                for (int q = 0; q < 3; q++) M.m[q] = sizeof(real) == sizeof(float) ? (backward ? W[q].w2 : W[q].wt2) : (backward ? W[q].w : W[q].wt);
                 if constexpr (sizeof(real) == sizeof(float))
                     launch_k(pdl, n <= TN_CHAN_DEEP_ATOMS ? k_tn_chan_tc<64> : k_tn_chan_tc<32>, dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3),
                              dim3(128), 0, stream, M, N.F, in, out, n);
