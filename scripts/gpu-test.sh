@@ -261,6 +261,7 @@ for step in "${steps[@]}"; do
       printf 'all_changes = []\n\n\nclass Calculator:\n    pass\n' > "$t/ase/calculators/calculator.py"
     fi
     PYTHONPATH="$t/torchmd_net-2.6.2:$t" timeout 400 python3 "$root/bench/torchmdnet_peer.py" "${peer[@]}" 2>&1 | grep -v Warning | tee "$out/peer-torchmdnet.txt"
+    PYTHONPATH="$t/torchmd_net-2.6.2:$t" timeout 120 python3 "$root/bench/torchmdnet_precision.py" "$d/shared" 2>&1 | grep -v Warning | tee -a "$out/peer-torchmdnet.txt"
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_nnp" "$d/shared" --model="$d/tensornet-bench.nnpm" \
       "${peer[@]}" "$w/water-box-12.xyz" ${PEER_SIZES:-100 837} 2>&1 | tee "$out/peer-plugin.txt" ;;
   bench)
