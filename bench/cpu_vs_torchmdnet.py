@@ -23,7 +23,7 @@ from openmmnnp import torchmdnet as converter  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cpu_platform import time_cpu_platform  # noqa: E402
-from make_tensornet_model import checkpoint  # noqa: E402
+from make_tensornet_model import checkpoint, torchmdnet_model  # noqa: E402
 
 EV = 96.48533212331002  # kJ/mol per eV
 
@@ -47,18 +47,8 @@ def main():
     try:
         import torch
         from torchmdnet.calculators import External
-        from torchmdnet.models.model import create_model
         torch.set_num_threads(a.threads)
-        state = {k[len("model."):]: torch.from_numpy(np.asarray(v)) for k, v in ck["state_dict"].items()}
-        args = dict(ck["hyper_parameters"], precision=32, trainable_rbf=False, max_z=54, max_num_neighbors=64,
-                    static_shapes=False, box_vecs=None, derivative=True, atom_filter=-1, output_mlp_num_layers=0)
-        torch.manual_seed(0)
-        tmd = create_model(args)
-        missing, unexpected = tmd.load_state_dict(state, strict=False)
-        missing = [k for k in missing if k not in ("mean", "std") and not k.endswith("distance.box")]
-        if missing or unexpected:
-            sys.exit(f"the benchmark model does not fit torchmd-net's TensorNet: missing {missing}, unexpected {unexpected}")
-        tmd = tmd.eval()
+        tmd = torchmdnet_model(ck)
         print(f"torchmd-net from {os.path.dirname(sys.modules['torchmdnet'].__file__)}, torch {torch.__version__}")
     except ImportError as e:
         print(f"torchmd-net: skipped ({e})")

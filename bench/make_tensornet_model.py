@@ -52,6 +52,24 @@ def checkpoint(F=128, layers=2, R=32, max_z=54, cutoff=5.0, seed=7):
     return {"state_dict": sd, "hyper_parameters": hp}
 
 
+
+def torchmdnet_model(ck, precision=32, neighbors=64, static_shapes=False):
+    """torchmd-net's own TensorNet (create_model; torch and torchmd-net imported here) with the weights
+    of checkpoint() ck, in eval mode on the CPU: precision 32 or 64, neighbors per atom at most (the
+    static shapes' size when static_shapes). Exits with a message if the weights do not fit."""
+    import torch
+    from torchmdnet.models.model import create_model
+    state = {k[len("model."):]: torch.from_numpy(np.asarray(v)) for k, v in ck["state_dict"].items()}
+    args = dict(ck["hyper_parameters"], precision=precision, trainable_rbf=False, max_z=54, max_num_neighbors=neighbors,
+                static_shapes=static_shapes, box_vecs=None, derivative=True, atom_filter=-1, output_mlp_num_layers=0)
+    torch.manual_seed(0)
+    model = create_model(args)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k not in ("mean", "std") and not k.endswith("distance.box")]  # buffers, not weights
+    if missing or unexpected:
+        sys.exit(f"the benchmark model does not fit torchmd-net's TensorNet: missing {missing}, unexpected {unexpected}")
+    return model.eval()
+
 if __name__ == "__main__":
     if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)

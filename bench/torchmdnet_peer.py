@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_tensornet_model import checkpoint  # noqa: E402  (numpy only)
+from make_tensornet_model import checkpoint, torchmdnet_model  # noqa: E402  (numpy only until called)
 
 SYMBOLS = {"H": 1, "C": 6, "N": 7, "O": 8, "F": 9, "S": 16, "Cl": 17}
 
@@ -38,7 +38,6 @@ def main():
     try:
         import torch
         from torchmdnet.calculators import External
-        from torchmdnet.models.model import create_model
     except ImportError as e:
         print(f"torchmd-net peer: skipped ({e})")
         return
@@ -47,20 +46,10 @@ def main():
         return
     import torchmdnet
     ck = checkpoint()
-    state = {k[len("model."):]: torch.from_numpy(np.asarray(v)) for k, v in ck["state_dict"].items()}
 
     def make_model(neighbors):
         """torchmd-net's TensorNet with the benchmark's weights; static shapes of `neighbors` per atom."""
-        args = dict(ck["hyper_parameters"], precision=32, trainable_rbf=False, max_z=54, max_num_neighbors=neighbors,
-                    static_shapes=True, box_vecs=None, derivative=True, atom_filter=-1, output_mlp_num_layers=0)
-        torch.manual_seed(0)
-        model = create_model(args)
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = [k for k in missing if k not in ("mean", "std") and not k.endswith("distance.box")]  # buffers, not weights
-        if missing or unexpected:
-            sys.exit(f"torchmd-net peer: the benchmark model does not fit torchmd-net's TensorNet: missing {missing}, "
-                     f"unexpected {unexpected}")
-        return model.cuda().eval()
+        return torchmdnet_model(ck, 32, neighbors, static_shapes=True).cuda()
 
     print(f"torchmd-net {getattr(torchmdnet, '__version__', 'from ' + os.path.dirname(torchmdnet.__file__))}, torch {torch.__version__}, "
           f"{torch.cuda.get_device_name()}; External(use_cuda_graph=True), float32, energy + forces per call")
