@@ -23,6 +23,8 @@ import openmm
 ENERGY_UNITS = {"eV": 96.48533212331002, "kcal/mol": 4.184, "kJ/mol": 1.0, "hartree": 2625.4996387552483}
 #: The model's length unit in Å, by name.
 LENGTH_UNITS = {"angstrom": 1.0, "nm": 10.0}
+#: torchmd-net's activations (its act_class_mapping) and their ids in the model file (libnnp's TN_ACT_*).
+ACTIVATIONS = {"silu": 1, "ssp": 2, "tanh": 3, "sigmoid": 4, "swish": 5, "mish": 6}
 
 _FAMILY_TENSORNET = 2
 _NNPM_VERSION = 2
@@ -188,7 +190,7 @@ def _member(ckpt, path, layout):
         return v
     need("model", lambda v: v == "tensornet")
     need("rbf_type", lambda v: v == "expnorm")
-    need("activation", lambda v: v == "silu")
+    activation = ACTIVATIONS[need("activation", lambda v: v in ACTIVATIONS)]
     need("output_model", lambda v: v == "Scalar")
     need("reduce_op", lambda v: v == "sum")
     group = need("equivariance_invariance_group", lambda v: v in ("O(3)", "SO(3)"))
@@ -291,7 +293,7 @@ def _member(ckpt, path, layout):
     arrays += [emb[:max_z]] + emb2 + dp + elt + els + init + layers + out + sum(head, [])
     if atomref is not None:
         arrays.append(atomref.reshape(max_z, 1))
-    header = struct.pack("<8I4d", F, L, R, max_z, 1 if group == "O(3)" else 2, 1, len(head), atomref is not None,
+    header = struct.pack("<8I4d", F, L, R, max_z, 1 if group == "O(3)" else 2, activation, len(head), atomref is not None,
                          cl, cu, std, mean)
     body = [header]
     for a in arrays:

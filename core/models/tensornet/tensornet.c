@@ -43,7 +43,8 @@ static const tn_model* tn_of(const nnp_model* model) { return (const tn_model*)m
 /*
  * TensorNet's payload (after the container's family, name and units):
  *   u32 member count M; per member:
- *     u32 F, L, R, max_z, group (1 O(3), 2 SO(3)), activation (1 SiLU), head layers H, has_atomref
+ *     u32 F, L, R, max_z, group (1 O(3), 2 SO(3)), activation (TN_ACT_*: 1 SiLU, 2 shifted softplus,
+ *         3 tanh, 4 sigmoid, 5 Swish, 6 Mish), head layers H, has_atomref
  *     f64 cutoff_lower, cutoff_upper, std, mean
  *     arrays, each as u32 rows, u32 cols, rows × cols f64 (row-major):
  *       means 1×R, betas 1×R, emb max_z×F, emb2 F×2F + 1×F, dp1..3 F×R + 1×F each,
@@ -137,8 +138,9 @@ static nnp_status tn_read_member(reader* r, int32_t index, tn_member* m) {
     if (group != TN_GROUP_O3 && group != TN_GROUP_SO3)
         return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d has symmetry group %u (1 O(3), 2 SO(3))",
                         index, group);
-    if (act != TN_ACT_SILU)
-        return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d has activation %u (1 SiLU)", index, act);
+    if (act < TN_ACT_SILU || act > TN_ACT_MISH)
+        return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d has activation %u (1 SiLU, 2 shifted softplus, "
+                        "3 tanh, 4 sigmoid, 5 Swish, 6 Mish)", index, act);
     if (!(m->cl >= 0 && m->cu > m->cl && m->cu < 1e3) || !isfinite(m->std) || !isfinite(m->mean))
         return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d: cutoffs %g, %g, std %g, mean %g are not "
                         "valid", index, m->cl, m->cu, m->std, m->mean);
@@ -345,10 +347,33 @@ static nnp_status tn_check_charge(const nnp_model* model, int32_t batch, int32_t
 #define NI 10
 static const int tn_part[NI] = {0, 1, 1, 1, 2, 2, 2, 2, 2, 2}; /* I, A or S */
 
-static double silu(double z) { return z / (1 + exp(-z)); }
-static double silu_d(double z) {
-    double s = 1 / (1 + exp(-z));
-    return s * (1 + z * (1 - s));
+/* The activation `kind` (TN_ACT_*) and its derivative, as torch computes them: softplus(z) = z above
+   20 (F.softplus's threshold), else log1p(exp(z)); the shifted softplus subtracts torchmd-net's
+   shift, log 2 in float32 (torch.log(torch.tensor(2.0)).item()); Mish = z tanh(log1p(exp(z))). */
+static double tn_act(int32_t kind, double z) {
+    switch (kind) {
+    case TN_ACT_SSP: return (z > 20 ? z : log1p(exp(z))) - 0.693147182464599609375; /* log 2 rounded to float32 */
+    case TN_ACT_TANH: return tanh(z);
+    case TN_ACT_SIGMOID: return 1 / (1 + exp(-z));
+    case TN_ACT_MISH: return z * tanh(log1p(exp(z)));
+    default: return z / (1 + exp(-z)); /* SiLU, Swish */
+    }
+}
+static double tn_act_d(int32_t kind, double z) {
+    const double s = 1 / (1 + exp(-z));
+    switch (kind) {
+    case TN_ACT_SSP: return z > 20 ? 1 : s;
+    case TN_ACT_TANH: {
+        const double t = tanh(z);
+        return 1 - t * t;
+    }
+    case TN_ACT_SIGMOID: return s * (1 - s);
+    case TN_ACT_MISH: {
+        const double t = tanh(log1p(exp(z)));
+        return t + z * s * (1 - t * t);
+    }
+    default: return s * (1 + z * (1 - s)); /* SiLU, Swish */
+    }
 }
 
 static void decompose(int32_t F, const double* M, double* T) {
@@ -592,16 +617,16 @@ static void filters_exact(const tn_member* m, double d, double* val, double* slo
         double *v = val + (size_t)(1 + l) * W, *g = slope ? slope + (size_t)(1 + l) * W : NULL;
         lin(&lls[0], rb, h);
         lin_nobias(&lls[0], drb, dh);
-        for (int32_t k = 0; k < F; k++) a[k] = silu(h[k]), da[k] = silu_d(h[k]) * dh[k];
+        for (int32_t k = 0; k < F; k++) a[k] = tn_act(m->activation, h[k]), da[k] = tn_act_d(m->activation, h[k]) * dh[k];
         lin(&lls[1], a, h);
         lin_nobias(&lls[1], da, dh);
-        for (int32_t k = 0; k < 2 * F; k++) a[k] = silu(h[k]), da[k] = silu_d(h[k]) * dh[k];
+        for (int32_t k = 0; k < 2 * F; k++) a[k] = tn_act(m->activation, h[k]), da[k] = tn_act_d(m->activation, h[k]) * dh[k];
         lin(&lls[2], a, h);
         lin_nobias(&lls[2], da, dh);
         for (int32_t k = 0; k < W; k++) {
-            double sk = silu(h[k]);
+            double sk = tn_act(m->activation, h[k]);
             v[k] = sk * c;
-            if (g) g[k] = silu_d(h[k]) * dh[k] * c + sk * dc;
+            if (g) g[k] = tn_act_d(m->activation, h[k]) * dh[k] * c + sk * dc;
         }
     }
 }
@@ -835,11 +860,11 @@ static void edge_mlp(const tn_member* m, const tn_linear* lls, double d, double*
     rbf(m, d, rb, drb);
     cutoff(m, d, &c, &dc);
     lin(&lls[0], rb, h1);
-    for (int32_t k = 0; k < F; k++) a[k] = silu(h1[k]);
+    for (int32_t k = 0; k < F; k++) a[k] = tn_act(m->activation, h1[k]);
     lin(&lls[1], a, h2);
-    for (int32_t k = 0; k < 2 * F; k++) a[k] = silu(h2[k]);
+    for (int32_t k = 0; k < 2 * F; k++) a[k] = tn_act(m->activation, h2[k]);
     lin(&lls[2], a, h3);
-    for (int32_t k = 0; k < 3 * F; k++) fac[k] = silu(h3[k]) * c;
+    for (int32_t k = 0; k < 3 * F; k++) fac[k] = tn_act(m->activation, h3[k]) * c;
 }
 
 /* dE/dd of the radial MLP given dE/dfac; keep as left by edge_mlp; work 5F. */
@@ -852,17 +877,17 @@ static double edge_mlp_back(const tn_member* m, const tn_linear* lls, double d, 
     double *g3 = work, *g2 = work + 3 * F; /* 3F and 2F; g1 (F) reuses g3 */
     double gc = 0;
     for (int32_t k = 0; k < 3 * F; k++) {
-        double s = silu(h3[k]);
+        double s = tn_act(m->activation, h3[k]);
         gc += gfac[k] * s;
-        g3[k] = gfac[k] * c * silu_d(h3[k]);
+        g3[k] = gfac[k] * c * tn_act_d(m->activation, h3[k]);
     }
     memset(g2, 0, (size_t)2 * F * sizeof *g2);
     lin_t(&lls[2], g3, g2);
-    for (int32_t k = 0; k < 2 * F; k++) g2[k] *= silu_d(h2[k]);
+    for (int32_t k = 0; k < 2 * F; k++) g2[k] *= tn_act_d(m->activation, h2[k]);
     double* g1 = g3; /* g3 is done */
     memset(g1, 0, (size_t)F * sizeof *g1);
     lin_t(&lls[1], g2, g1);
-    for (int32_t k = 0; k < F; k++) g1[k] *= silu_d(h1[k]);
+    for (int32_t k = 0; k < F; k++) g1[k] *= tn_act_d(m->activation, h1[k]);
     double gd = gc * dc;
     const tn_linear no_bias = {.n_in = R, .n_out = F, .wt = lls[0].wt};
     double* t = g2; /* g2 is done: W₁ drb */
@@ -941,9 +966,9 @@ static void embed_atom(const tn_eval* ev, const double* Xe, double* X, double* s
     tnorm(F, Xe, tn);
     layer_norm(F, tn, m->init_w, m->init_b, work, xhat, rstd);
     lin_e(ev, &m->els[0], work, h1);
-    for (int32_t k = 0; k < 2 * F; k++) work[k] = silu(h1[k]);
+    for (int32_t k = 0; k < 2 * F; k++) work[k] = tn_act(m->activation, h1[k]);
     lin_e(ev, &m->els[1], work, h2);
-    for (int32_t k = 0; k < 3 * F; k++) nrm[k] = silu(h2[k]);
+    for (int32_t k = 0; k < 3 * F; k++) nrm[k] = tn_act(m->activation, h2[k]);
     chan_lin3_e(ev, m->elt, F, T, WT);
     double* Xirr = work;
     for (int c = 0; c < NI; c++)
@@ -1053,7 +1078,7 @@ static double out_atom(const tn_eval* ev, int32_t i, double* s, double* g) {
     }
     layer_norm(3 * F, x, m->out_w, m->out_b, y, xhat, &rstd);
     lin_e(ev, &m->linear, y, yl);
-    for (int32_t k = 0; k < F; k++) h[k] = silu(yl[k]);
+    for (int32_t k = 0; k < F; k++) h[k] = tn_act(m->activation, yl[k]);
     /* head: outs holds each layer's pre-activation; the input of layer k > 0 is SiLU of k - 1's */
     double* o = outs;
     const double* in = h;
@@ -1065,7 +1090,7 @@ static double out_atom(const tn_eval* ev, int32_t i, double* s, double* g) {
         lin_e(ev, &m->head[k], in, o);
         act = acts + (o - outs);
         if (k < H - 1)
-            for (int32_t c = 0; c < m->head[k].n_out; c++) act[c] = silu(o[c]);
+            for (int32_t c = 0; c < m->head[k].n_out; c++) act[c] = tn_act(m->activation, o[c]);
         in = act;
         o += m->head[k].n_out;
     }
@@ -1081,9 +1106,9 @@ static double out_atom(const tn_eval* ev, int32_t i, double* s, double* g) {
         lin_t_e(ev, &m->head[k], ga, gb); /* dE/d(input of layer k) */
         if (k > 0) {
             const double* prev = o - m->head[k - 1].n_out;
-            for (int32_t c = 0; c < n_in; c++) ga[c] = gb[c] * silu_d(prev[c]);
+            for (int32_t c = 0; c < n_in; c++) ga[c] = gb[c] * tn_act_d(m->activation, prev[c]);
         } else {
-            for (int32_t c = 0; c < n_in; c++) ga[c] = gb[c] * silu_d(yl[c]);
+            for (int32_t c = 0; c < n_in; c++) ga[c] = gb[c] * tn_act_d(m->activation, yl[c]);
         }
     }
     memset(gb, 0, (size_t)3 * F * sizeof *gb);
@@ -1244,10 +1269,10 @@ static void st_embed_back(void* p, int32_t i, int32_t thread) {
         }
     }
     chan_lin3_t_e(ev, m->elt, F, gWT, gT);
-    for (int32_t k = 0; k < 3 * F; k++) gn[k] *= silu_d(h2[k]);
+    for (int32_t k = 0; k < 3 * F; k++) gn[k] *= tn_act_d(m->activation, h2[k]);
     memset(g1, 0, (size_t)2 * F * sizeof *g1);
     lin_t_e(ev, &m->els[1], gn, g1);
-    for (int32_t k = 0; k < 2 * F; k++) g1[k] *= silu_d(h1[k]);
+    for (int32_t k = 0; k < 2 * F; k++) g1[k] *= tn_act_d(m->activation, h1[k]);
     memset(gln, 0, (size_t)F * sizeof *gln);
     lin_t_e(ev, &m->els[0], g1, gln);
     layer_norm_back(F, xhat, *rstd, m->init_w, gln, gtn);

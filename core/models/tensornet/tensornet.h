@@ -26,7 +26,9 @@ extern "C" {
 #define TN_TABLE_INTERVALS 2048
 
 enum { TN_GROUP_O3 = 1, TN_GROUP_SO3 = 2 };
-enum { TN_ACT_SILU = 1 };
+/* torchmd-net's activations (its act_class_mapping): SiLU, shifted softplus, tanh, sigmoid, Swish
+   (β = 1, the same function as SiLU) and Mish; the model file's activation field. */
+enum { TN_ACT_SILU = 1, TN_ACT_SSP = 2, TN_ACT_TANH = 3, TN_ACT_SIGMOID = 4, TN_ACT_SWISH = 5, TN_ACT_MISH = 6 };
 
 typedef struct tn_linear {
     int32_t n_in, n_out;

@@ -41,6 +41,17 @@ MODELS = {
                          max_z=60, equivariance_invariance_group="O(3)", trainable_rbf=True), -1.2, 0.8, "off"),
     "o3-embedding-only": (14, dict(embedding_dimension=16, num_layers=0, num_rbf=8, cutoff_lower=0.0,
                                    cutoff_upper=3.0, max_z=20, equivariance_invariance_group="O(3)"), 0.0, 1.0, None),
+    # torchmd-net's other activations, small models
+    "o3-ssp": (15, dict(embedding_dimension=12, num_layers=1, num_rbf=8, cutoff_lower=0.2, cutoff_upper=4.0,
+                        max_z=54, equivariance_invariance_group="O(3)", activation="ssp"), 0.2, 1.4, "on"),
+    "so3-tanh": (16, dict(embedding_dimension=12, num_layers=2, num_rbf=8, cutoff_lower=0.0, cutoff_upper=4.0,
+                          max_z=54, equivariance_invariance_group="SO(3)", activation="tanh"), None, None, None),
+    "o3-sigmoid": (17, dict(embedding_dimension=12, num_layers=1, num_rbf=8, cutoff_lower=0.0, cutoff_upper=4.0,
+                            max_z=54, equivariance_invariance_group="O(3)", activation="sigmoid"), -0.3, 0.9, None),
+    "o3-swish": (18, dict(embedding_dimension=12, num_layers=1, num_rbf=8, cutoff_lower=0.0, cutoff_upper=4.0,
+                          max_z=54, equivariance_invariance_group="O(3)", activation="swish"), None, None, "on"),
+    "o3-mish": (19, dict(embedding_dimension=12, num_layers=1, num_rbf=8, cutoff_lower=0.3, cutoff_upper=4.0,
+                         max_z=54, equivariance_invariance_group="O(3)", activation="mish"), None, None, None),
 }
 
 
@@ -132,8 +143,12 @@ def make(name, spec, out_dir, prefix):
     except ImportError:
         hparams = dict(args)
     state = {"model." + k: v for k, v in model.state_dict().items()}
-    import lightning
-    ckpt = {"epoch": 3, "global_step": 120, "pytorch-lightning_version": lightning.__version__,
+    try:
+        import lightning
+        written_by = lightning.__version__
+    except ImportError:  # Lightning itself is not needed to write the layout
+        written_by = "none (torch.save)"
+    ckpt = {"epoch": 3, "global_step": 120, "pytorch-lightning_version": written_by,
             "state_dict": state, "hyper_parameters": hparams, "loops": {}, "callbacks": {},
             "optimizer_states": [], "lr_schedulers": []}
     path = os.path.join(out_dir, prefix + name + ".ckpt")
