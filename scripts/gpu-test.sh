@@ -42,8 +42,11 @@ for src, dst in (("ani1x", "ani-1x_8x.info"), ("ani2x", "ani-2x_8x.info")):
     print("model", dst, len(raw), "bytes")
 PY
 # TensorNet's kernels: memcheck of the quick mode on every test model, racecheck on one.
+tn_args() {  # test_tensornet_cuda's arguments (written by core/tests/CMakeLists.txt), one per line
+  mapfile -t tn < "${1:-$root}/build-gpu/core/tests/test_tensornet_cuda.args"
+}
 sanitize_tensornet() {
-  local tn=("$d"/tensornet/*.nnpm)
+  local tn; tn_args
   NNP_TEST_QUICK=1 timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "${tn[@]}" > "$out/sanitizer-memcheck-tensornet.log" 2>&1
   echo "compute-sanitizer memcheck on test_tensornet_cuda (quick): exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-memcheck-tensornet.log" | tail -n 1))"
   NNP_TEST_QUICK=1 timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d/tensornet/o3-atomref.nnpm" > "$out/sanitizer-racecheck-tensornet.log" 2>&1
@@ -110,7 +113,8 @@ for step in "${steps[@]}"; do
     [ -n "$lists" ] || { [ "$(nvidia-smi -L | wc -l)" -gt 1 ] || lists="0 0,0"; }
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 400 "$root/build-gpu/bench/bench_devices" "$d/shared" $lists 2>&1 | tee "$out/bench-devices.txt" ;;
   tensornet)
-    timeout "${TEST_TIMEOUT:-300}" "$root/build-gpu/core/tests/test_tensornet_cuda" "$d"/tensornet/*.nnpm > "$out/tensornet.txt" 2>&1
+    tn_args
+    timeout "${TEST_TIMEOUT:-300}" "$root/build-gpu/core/tests/test_tensornet_cuda" "${tn[@]}" > "$out/tensornet.txt" 2>&1
     echo "test_tensornet_cuda: exit $?"; grep -vE "^  ok" "$out/tensornet.txt" | tail -n 40
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" timeout 300 "$root/build-gpu/platforms/cuda/TestCudaTensorNet" "$d/tensornet/o3-atomref.nnpm" > "$out/tensornet-openmm.txt" 2>&1
     echo "TestCudaTensorNet: exit $?"; grep -vE "^  ok" "$out/tensornet-openmm.txt" | tail -n 12 ;;
@@ -168,7 +172,8 @@ for step in "${steps[@]}"; do
         echo "ab ${names[$i]}: build failed ($(grep -m 1 -E "error:" "/tmp/ab-build-$i.log"); log /tmp/ab-build-$i.log)"; continue
       fi
       if [ -n "${BENCH_MODEL:-}" ]; then  # a TensorNet benchmark: its test (quick) on the test checkpoints
-        echo "ab ${names[$i]}: $(NNP_TEST_QUICK=1 "${dirs[$i]}/build-gpu/core/tests/test_tensornet_cuda" "$d"/tensornet/*.nnpm 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
+        tn_args "${dirs[$i]}"
+        echo "ab ${names[$i]}: $(NNP_TEST_QUICK=1 "${dirs[$i]}/build-gpu/core/tests/test_tensornet_cuda" "${tn[@]}" 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
       else
         echo "ab ${names[$i]}: $("${dirs[$i]}/build-gpu/core/tests/test_cuda" 2>&1 | grep -E "all checks|FAIL|skipped" | head -n 3 | tr '\n' ' ')"
       fi

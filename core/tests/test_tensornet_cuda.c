@@ -211,17 +211,44 @@ static void graph_replay(const char* model_name, nnp_model* model, const system_
     nnp_plan_free(plan);
 }
 
+/* A model the CUDA evaluation does not run (an activation or radial basis it lacks): the first
+   evaluation fails with NNP_ERR_UNSUPPORTED naming the platforms that run it; the CPU one works. */
+static void refuses(const char* path) {
+    nnp_model* model = load_model_file_or_die(path);
+    system_t s = make_system("one molecule", 1, 1, 0, 0);
+    nnp_plan* plan = make_plan(model, &s, -1);
+    double e = 0, batch[1], *f = malloc(sizeof(double) * 3 * s.n);
+    CHECK(f != NULL);
+    CHECK_FAILS(eval_plain(plan, &s, &e, f, batch), NNP_ERR_UNSUPPORTED, "Reference or CPU platform");
+    CHECK_OK(nnp_evaluate_cpu(plan, s.pos, NULL, &e, batch, f));
+    CHECK(isfinite(e));
+    printf("  ok  %s: refused on CUDA, evaluated on the CPU\n", path);
+    free(f);
+    free_system(&s);
+    nnp_plan_free(plan);
+    nnp_model_free(model);
+}
+
 int main(int argc, char** argv) {
     if (!nnp_cuda_available()) {
         printf("test_tensornet_cuda: skipped: %s\n", "no CUDA device (or libnnp built without CUDA)");
         return 77;
     }
     if (argc < 2) {
-        fprintf(stderr, "usage: test_tensornet_cuda MODEL.nnpm...\n");
+        fprintf(stderr, "usage: test_tensornet_cuda MODEL.nnpm... [--refused MODEL.nnpm...]\n");
         return 2;
     }
     const char* quick = getenv("NNP_TEST_QUICK");
+    int refused = 0; /* the models after --refused: ones the CUDA evaluation must refuse */
     for (int a = 1; a < argc; a++) {
+        if (strcmp(argv[a], "--refused") == 0) {
+            refused = 1;
+            continue;
+        }
+        if (refused) {
+            refuses(argv[a]);
+            continue;
+        }
         nnp_model* model = load_model_file_or_die(argv[a]);
         const char* name = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
         CHECK(strcmp(nnp_model_family_name(model), "tensornet") == 0);

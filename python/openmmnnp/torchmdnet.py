@@ -189,7 +189,7 @@ def _member(ckpt, path, layout):
             _fail(f"{path}: {key} = {v!r} is not supported by the TensorNet family (see docs/models.md)")
         return v
     need("model", lambda v: v == "tensornet")
-    need("rbf_type", lambda v: v == "expnorm")
+    rbf_type = need("rbf_type", lambda v: v in ("expnorm", "gauss"))
     activation = ACTIVATIONS[need("activation", lambda v: v in ACTIVATIONS)]
     need("output_model", lambda v: v == "Scalar")
     need("reduce_op", lambda v: v == "sum")
@@ -240,7 +240,11 @@ def _member(ckpt, path, layout):
     rm, te = "representation_model.", "representation_model.tensor_embedding."
     emb = get(te + "emb.weight", (rows(te + "emb.weight", 2), F))
     max_z = emb.shape[0]
-    arrays = [get(rm + "distance_expansion.means", (R,)), get(rm + "distance_expansion.betas", (R,))]
+    if rbf_type == "gauss":  # exp(coeff (d - offset)^2): the offsets as means, -coeff as betas (R times)
+        coeff = get(rm + "distance_expansion.coeff", ())
+        arrays = [get(rm + "distance_expansion.offset", (R,)), np.full(R, -float(coeff))]
+    else:
+        arrays = [get(rm + "distance_expansion.means", (R,)), get(rm + "distance_expansion.betas", (R,))]
     lin = lambda key, o, i: [get(key + ".weight", (o, i)), get(key + ".bias", (o,))]
     emb2 = lin(te + "emb2", F, 2 * F)
     dp = sum((lin(te + f"distance_proj{k}", F, R) for k in (1, 2, 3)), [])
@@ -293,14 +297,16 @@ def _member(ckpt, path, layout):
     arrays += [emb[:max_z]] + emb2 + dp + elt + els + init + layers + out + sum(head, [])
     if atomref is not None:
         arrays.append(atomref.reshape(max_z, 1))
-    header = struct.pack("<8I4d", F, L, R, max_z, 1 if group == "O(3)" else 2, activation, len(head), atomref is not None,
-                         cl, cu, std, mean)
+    basis = 1 if rbf_type == "gauss" else 0  # the model file's activation field: basis << 8 | activation
+    header = struct.pack("<8I4d", F, L, R, max_z, 1 if group == "O(3)" else 2, basis << 8 | activation, len(head),
+                         atomref is not None, cl, cu, std, mean)
     body = [header]
     for a in arrays:
         a2 = a.reshape(1, -1) if a.ndim == 1 else a
         body.append(struct.pack("<2I", *a2.shape) + np.ascontiguousarray(a2, dtype="<f8").tobytes())
     info = dict(F=F, layers=L, rbf=R, cutoff=(cl, cu), group=group, max_z=max_z, head=len(head),
-                atomref=atomref is not None, layout=layout, std=std, mean=mean)
+                atomref=atomref is not None, layout=layout, std=std, mean=mean, activation=hp["activation"],
+                basis=rbf_type)
     return b"".join(body), info
 
 
@@ -334,7 +340,8 @@ def convert(checkpoints, output, energy_unit="eV", length_unit="angstrom", name=
         infos.append(info)
         if out is not None:
             print(f"{path}: TensorNet F={info['F']}, {info['layers']} layers, {info['rbf']} radial functions, "
-                  f"cutoff {info['cutoff'][0]}–{info['cutoff'][1]}, {info['group']}, elements 1–{info['max_z'] - 1}, "
+                  f"cutoff {info['cutoff'][0]}–{info['cutoff'][1]}, {info['group']}, {info['activation']}, "
+                  f"{info['basis']} basis, elements 1–{info['max_z'] - 1}, "
                   f"Atomref {'on' if info['atomref'] else 'off'}, torchmd-net {info['layout']}.x layout of "
                   "linears_scalar", file=out)
     payload = (struct.pack("<2I", _FAMILY_TENSORNET, len(encoded)) + encoded

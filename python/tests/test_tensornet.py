@@ -15,7 +15,8 @@ import openmmnnp
 from openmmnnp import torchmdnet
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "tensornet")
-MODELS = ["o3-atomref", "so3-lower", "o3-deep", "o3-embedding-only", "o3-ssp", "so3-tanh", "o3-sigmoid", "o3-swish", "o3-mish"]
+MODELS = ["o3-atomref", "so3-lower", "o3-deep", "o3-embedding-only", "o3-ssp", "so3-tanh", "o3-sigmoid",
+          "o3-swish", "o3-mish", "o3-gauss", "so3-gauss-trained"]
 EV = torchmdnet.ENERGY_UNITS["eV"]  # kJ/mol
 
 
@@ -130,7 +131,8 @@ def test_ensemble_mean_and_members(tmp_path):
     assert np.allclose(f, (members[0][1] + members[1][1]) / 2, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["o3-atomref", "so3-lower", "o3-deep", "o3-ssp", "so3-tanh", "o3-sigmoid", "o3-mish"])
+@pytest.mark.parametrize("name", ["o3-atomref", "so3-lower", "o3-deep", "o3-ssp", "so3-tanh", "o3-sigmoid", "o3-mish",
+                                  "o3-gauss", "so3-gauss-trained"])
 def test_finite_differences(converted, name):
     s = reference(name)["systems"]["aceff12" if name != "so3-lower" else "cation"]
     context, force = build(converted[name], s)
@@ -324,7 +326,8 @@ def test_hostile_checkpoints(tmp_path):
             torchmdnet.convert([c], str(tmp_path / "out.nnpm"))
 
     refused(lambda c: c["hyper_parameters"].update(model="equivariant-transformer"), "model = 'equivariant-transformer'")
-    refused(lambda c: c["hyper_parameters"].update(rbf_type="gauss"), "rbf_type")
+    refused(lambda c: c["hyper_parameters"].update(rbf_type="gauss"), "lacks representation_model.distance_expansion.coeff")
+    refused(lambda c: c["hyper_parameters"].update(rbf_type="bessel"), "rbf_type = 'bessel'")
     refused(lambda c: c["hyper_parameters"].update(activation="relu"), "activation = 'relu'")
     refused(lambda c: c["hyper_parameters"].update(prior_model="ZBL"), "ZBL")
     refused(lambda c: c["hyper_parameters"].update(reduce_op="mean"), "reduce_op")

@@ -43,11 +43,12 @@ static const tn_model* tn_of(const nnp_model* model) { return (const tn_model*)m
 /*
  * TensorNet's payload (after the container's family, name and units):
  *   u32 member count M; per member:
- *     u32 F, L, R, max_z, group (1 O(3), 2 SO(3)), activation (TN_ACT_*: 1 SiLU, 2 shifted softplus,
- *         3 tanh, 4 sigmoid, 5 Swish, 6 Mish), head layers H, has_atomref
+ *     u32 F, L, R, max_z, group (1 O(3), 2 SO(3)), activation (low byte, TN_ACT_*: 1 SiLU, 2 shifted
+ *         softplus, 3 tanh, 4 sigmoid, 5 Swish, 6 Mish; above it the radial basis, TN_RBF_*: 0 expnorm,
+ *         1 gauss), head layers H, has_atomref
  *     f64 cutoff_lower, cutoff_upper, std, mean
  *     arrays, each as u32 rows, u32 cols, rows × cols f64 (row-major):
- *       means 1×R, betas 1×R, emb max_z×F, emb2 F×2F + 1×F, dp1..3 F×R + 1×F each,
+ *       means 1×R, betas 1×R (gauss: the offsets and −coeff, R times), emb max_z×F, emb2 F×2F + 1×F, dp1..3 F×R + 1×F each,
  *       embedding channel linears W_I, W_A, W_S F×F, L₁ 2F×F + 1×2F, L₂ 3F×2F + 1×3F
  *       (rows: the I block, then A, then S), LayerNorm F weights 1×F, biases 1×F;
  *       per layer: L₁ F×R + 1×F, L₂ 2F×F + 1×2F, L₃ 3F×2F + 1×3F (blocks I, A, S), W₀..W₅ F×F;
@@ -127,8 +128,9 @@ static nnp_status tn_transpose(tn_member* m, int32_t index);
 static void table_free(tn_table* t);
 
 static nnp_status tn_read_member(reader* r, int32_t index, tn_member* m) {
-    uint32_t F = get_u32(r), L = get_u32(r), R = get_u32(r), Z = get_u32(r), group = get_u32(r), act = get_u32(r),
+    uint32_t F = get_u32(r), L = get_u32(r), R = get_u32(r), Z = get_u32(r), group = get_u32(r), act_rbf = get_u32(r),
              H = get_u32(r), has_ref = get_u32(r);
+    const uint32_t act = act_rbf & 0xffu, basis = act_rbf >> 8; /* older files: basis 0 (expnorm) */
     m->cl = get_f64(r), m->cu = get_f64(r), m->std = get_f64(r), m->mean = get_f64(r);
     if (r->short_read) return nnp_fail(NNP_ERR_FORMAT, "model file is truncated (TensorNet member %d)", index);
     if (F < 1 || F > TN_MAX_WIDTH || L > TN_MAX_LAYERS || R < 1 || R > TN_MAX_WIDTH || Z < 2 || Z > TN_MAX_Z ||
@@ -138,6 +140,8 @@ static nnp_status tn_read_member(reader* r, int32_t index, tn_member* m) {
     if (group != TN_GROUP_O3 && group != TN_GROUP_SO3)
         return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d has symmetry group %u (1 O(3), 2 SO(3))",
                         index, group);
+    if (basis != TN_RBF_EXPNORM && basis != TN_RBF_GAUSS)
+        return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d has radial basis %u (0 expnorm, 1 gauss)", index, basis);
     if (act < TN_ACT_SILU || act > TN_ACT_MISH)
         return nnp_fail(NNP_ERR_FORMAT, "model file: TensorNet member %d has activation %u (1 SiLU, 2 shifted softplus, "
                         "3 tanh, 4 sigmoid, 5 Swish, 6 Mish)", index, act);
@@ -146,6 +150,7 @@ static nnp_status tn_read_member(reader* r, int32_t index, tn_member* m) {
                         "valid", index, m->cl, m->cu, m->std, m->mean);
     m->F = (int32_t)F, m->L = (int32_t)L, m->R = (int32_t)R, m->max_z = (int32_t)Z;
     m->group = (int32_t)group, m->activation = (int32_t)act, m->n_head = (int32_t)H, m->has_atomref = (int32_t)has_ref;
+    m->rbf = (int32_t)basis;
     m->alpha = 5.0 / (m->cu - m->cl);
     /* The head's sizes come with it: each of its layers has its own allocation (below). */
     for (int32_t h = 0; h < TN_MAX_HEAD; h++) m->head[h].w = NULL;
@@ -304,7 +309,7 @@ static void tn_write_payload(writer* w, const nnp_model* model) {
         const tn_member* m = &tm->members[k];
         uint32_t F = (uint32_t)m->F;
         put_u32(w, F), put_u32(w, (uint32_t)m->L), put_u32(w, (uint32_t)m->R), put_u32(w, (uint32_t)m->max_z);
-        put_u32(w, (uint32_t)m->group), put_u32(w, (uint32_t)m->activation), put_u32(w, (uint32_t)m->n_head);
+        put_u32(w, (uint32_t)m->group), put_u32(w, (uint32_t)m->activation | (uint32_t)m->rbf << 8), put_u32(w, (uint32_t)m->n_head);
         put_u32(w, (uint32_t)m->has_atomref);
         put_f64(w, m->cl), put_f64(w, m->cu), put_f64(w, m->std), put_f64(w, m->mean);
         put_array(w, m->means, 1, (uint32_t)m->R);
@@ -548,8 +553,17 @@ static void layer_norm_back(int32_t n, const double* xhat, double rstd, const do
     for (int32_t k = 0; k < n; k++) gx[k] = rstd * (gy[k] * w[k] - m1 - xhat[k] * m2);
 }
 
-/* Radial basis and its derivative at d. */
+/* Radial basis and its derivative at d: expnorm φ(d) exp(−β (exp(α (cl − d)) − μ)²) with its own
+   cosine cutoff φ, or gauss exp(−β (d − μ)²) (torchmd-net's GaussianSmearing, coeff = −β). */
 static void rbf(const tn_member* m, double d, double* out, double* dout) {
+    if (m->rbf == TN_RBF_GAUSS) {
+        for (int32_t r = 0; r < m->R; r++) {
+            double x = d - m->means[r], e = exp(-m->betas[r] * x * x);
+            out[r] = e;
+            if (dout) dout[r] = -2 * m->betas[r] * x * e;
+        }
+        return;
+    }
     double phi = 0, dphi = 0;
     if (d < m->cu) {
         phi = 0.5 * (cos(TN_PI * d / m->cu) + 1);

@@ -28,6 +28,8 @@ extern "C" {
 enum { TN_GROUP_O3 = 1, TN_GROUP_SO3 = 2 };
 /* torchmd-net's activations (its act_class_mapping): SiLU, shifted softplus, tanh, sigmoid, Swish
    (β = 1, the same function as SiLU) and Mish; the model file's activation field. */
+/* torchmd-net's radial bases (rbf_type), in the model file's activation field above its low byte. */
+enum { TN_RBF_EXPNORM = 0, TN_RBF_GAUSS = 1 };
 enum { TN_ACT_SILU = 1, TN_ACT_SSP = 2, TN_ACT_TANH = 3, TN_ACT_SIGMOID = 4, TN_ACT_SWISH = 5, TN_ACT_MISH = 6 };
 
 typedef struct tn_linear {
@@ -40,6 +42,7 @@ typedef struct tn_linear {
 
 typedef struct tn_member {
     int32_t F, L, R, max_z, group, activation, n_head, has_atomref;
+    int32_t rbf; /* the radial basis: TN_RBF_EXPNORM (means, betas) or TN_RBF_GAUSS (offsets in means, −coeff in betas) */
     double cl, cu, alpha, std, mean;
     const double *means, *betas, *emb, *atomref;
     tn_linear emb2, dp[3], elt[3], els[2], lls[TN_MAX_LAYERS][3], llt[TN_MAX_LAYERS][6], linear, head[TN_MAX_HEAD];

@@ -2061,11 +2061,14 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     s->n = n, s->n_batches = nb, s->base.n_particles = n_particles;
     s->first = plan->member < 0 ? 0 : plan->member;
     s->last = plan->member < 0 ? tm->n_members : plan->member + 1;
-    for (int k = s->first; k < s->last; k++)
-        if (tm->members[k].activation != TN_ACT_SILU && tm->members[k].activation != TN_ACT_SWISH)
-            return nnp_fail(NNP_ERR_UNSUPPORTED, "the CUDA evaluation of TensorNet runs SiLU (or Swish) models only; '%s' uses "
-                            "activation %d (TN_ACT_*): evaluate it on OpenMM's Reference or CPU platform", plan->model->name,
-                            (int)tm->members[k].activation);
+    for (int k = s->first; k < s->last; k++) {
+        const tn_member* m = &tm->members[k];
+        if ((m->activation != TN_ACT_SILU && m->activation != TN_ACT_SWISH) || m->rbf != TN_RBF_EXPNORM)
+            return nnp_fail(NNP_ERR_UNSUPPORTED, "the CUDA evaluation of TensorNet runs SiLU (or Swish) models with the "
+                            "expnorm radial basis only; '%s' uses activation %d (TN_ACT_*) and radial basis %d "
+                            "(TN_RBF_*): evaluate it on OpenMM's Reference or CPU platform", plan->model->name,
+                            (int)m->activation, (int)m->rbf);
+    }
     for (int i = 0; i < n; i++)
         for (int k = s->first; k < s->last; k++)
             if (plan->atomic_numbers[i] >= tm->members[k].max_z)

@@ -52,6 +52,12 @@ MODELS = {
                           max_z=54, equivariance_invariance_group="O(3)", activation="swish"), None, None, "on"),
     "o3-mish": (19, dict(embedding_dimension=12, num_layers=1, num_rbf=8, cutoff_lower=0.3, cutoff_upper=4.0,
                          max_z=54, equivariance_invariance_group="O(3)", activation="mish"), None, None, None),
+    # the Gaussian radial basis, fixed and trained (its offsets and coefficient perturbed)
+    "o3-gauss": (20, dict(embedding_dimension=12, num_layers=2, num_rbf=10, cutoff_lower=0.0, cutoff_upper=4.5,
+                          max_z=54, equivariance_invariance_group="O(3)", rbf_type="gauss"), 0.1, 1.2, "on"),
+    "so3-gauss-trained": (21, dict(embedding_dimension=12, num_layers=1, num_rbf=8, cutoff_lower=0.4, cutoff_upper=4.0,
+                                   max_z=54, equivariance_invariance_group="SO(3)", rbf_type="gauss",
+                                   trainable_rbf=True, activation="tanh"), None, None, None),
 }
 
 
@@ -111,7 +117,7 @@ def perturb(model, rng_torch):
                 p.copy_(0.2 * torch.randn(p.shape, generator=rng_torch))
             elif name.endswith("bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=rng_torch))
-            elif "means" in name or "betas" in name:
+            elif "means" in name or "betas" in name or "offset" in name or "coeff" in name:
                 p.mul_(1 + 0.05 * torch.randn(p.shape, generator=rng_torch))
         for name, b in model.named_buffers():
             if name.endswith("means") or name.endswith("betas"):
