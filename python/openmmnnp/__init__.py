@@ -137,9 +137,9 @@ def _fromCheckpoint(path):
 
 def _initForce(self, model):
     """NNPForce(model): a model name ("ani2x") or path (.nnpm, an ANI model zoo .info, or a torchmd-net
-    TensorNet .ckpt, converted on first use into the per-user cache)."""
+    TensorNet .ckpt or ensemble .zip, converted on first use into the per-user cache)."""
     path = _path(model)
-    if path.endswith(".ckpt") and _os.path.isfile(path):
+    if path.endswith((".ckpt", ".zip")) and _os.path.isfile(path):
         path = _fromCheckpoint(path)
     _init(self, path)
 

@@ -11,7 +11,7 @@ Installed with openmm-nnp, these names are registered with OpenMM-ML through its
     mixed = potential.createMixedSystem(topology, mmSystem, mlAtoms)   # ML/MM
 
 Arguments of ``MLPotential(name, ...)``:
-    model       model name or path (.nnpm, .info of the ANI model zoo, or a torchmd-net .ckpt) to use
+    model       model name or path (.nnpm, .info of the ANI model zoo, a torchmd-net .ckpt or ensemble .zip) to use
                 instead of the name's own model ("ani2x" for "ani2x-nnp", "aceff-1.1" for "aceff-1.1-nnp")
     modelPath   the same (OpenMM-ML's torchmdnet potential's name for it); required for "torchmdnet-nnp"
 Arguments of ``createSystem`` / ``createMixedSystem`` (passed on to :meth:`addForces`):

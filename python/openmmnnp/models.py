@@ -103,10 +103,10 @@ def main(argv=None):
     inst.add_argument("zoo", help="folder holding ani-1x_8x.info, ani-1ccx_8x.info, ani-2x_8x.info")
     inst.add_argument("--dest", help=f"destination folder (default: the per-user cache, {cacheFolder() or 'none: HOME is not set'})")
     inst.add_argument("--models", nargs="+", choices=list(ZOO), help="models to convert (default: all)")
-    conv = sub.add_parser("convert", help="convert torchmd-net TensorNet checkpoints (.ckpt) into a .nnpm file",
+    conv = sub.add_parser("convert", help="convert torchmd-net TensorNet checkpoints (.ckpt, or an ensemble .zip) into a .nnpm file",
                           description="Reads torchmd-net / Lightning checkpoints without PyTorch (a restricted "
-                          "unpickler: nothing in the file is executed). Several checkpoints become the members "
-                          "of one ensemble.")
+                          "unpickler: nothing in the file is executed). Several checkpoints, or the .ckpt files of a "
+                          "torchmd-net ensemble .zip, become the members of one ensemble.")
     conv.add_argument("paths", nargs="+", metavar="PATH", help="checkpoints, then OUT.nnpm (unless --name)")
     conv.add_argument("--energy-unit", default="eV", choices=["eV", "kcal/mol", "kJ/mol", "hartree"],
                       help="the energy unit the model was trained in (default eV, as AceFF)")

@@ -109,29 +109,64 @@ class _Unpickler(pickle.Unpickler):
         return np.frombuffer(raw, dtype=dtype)
 
 
-def read_checkpoint(path):
-    """The pickled object of a torch.save zip file (a Lightning checkpoint: a dict), tensors as arrays."""
+def _open_zip(path):
     try:
         archive = zipfile.ZipFile(path)
-        names = archive.namelist()
+        return archive, archive.namelist()
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         _fail(f"{path}: not a readable PyTorch checkpoint (zip archive): {e}")
-    pkl = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+
+
+def _pickle_of(names):
+    return [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+
+
+def _read_archive(archive, names, path):
+    pkl = _pickle_of(names)
     if len(pkl) != 1:
         _fail(f"{path}: not a PyTorch checkpoint (no single data.pkl in the archive)")
     prefix = pkl[0][:-len("data.pkl")]
     order = f"{prefix}byteorder"
-    if order in names and archive.read(order).strip() not in (b"little",):
-        _fail(f"{path}: big-endian checkpoints are not supported")
     try:
+        if order in names and archive.read(order).strip() not in (b"little",):
+            _fail(f"{path}: big-endian checkpoints are not supported")
         data = archive.read(pkl[0])
         return _Unpickler(data, archive, prefix).load()
     except openmm.OpenMMException as e:
-        raise openmm.OpenMMException(f"{path}: {e}") from None
+        message = str(e)
+        raise openmm.OpenMMException(message if message.startswith(f"{path}:") else f"{path}: {message}") from None
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
         _fail(f"{path}: the archive is damaged ({e})")
     except (pickle.UnpicklingError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
         _fail(f"{path}: the checkpoint's pickle cannot be read ({type(e).__name__}: {e})")
+
+
+def read_checkpoint(path):
+    """The pickled object of a torch.save zip file (a Lightning checkpoint: a dict), tensors as arrays."""
+    archive, names = _open_zip(path)
+    return _read_archive(archive, names, path)
+
+
+def read_checkpoints(path):
+    """[(label, checkpoint)] of a file: one checkpoint, or the members of a torchmd-net ensemble archive
+    (a zip of .ckpt files, as torchmd-net's load_model takes it: those at its top level, by name)."""
+    archive, names = _open_zip(path)
+    if _pickle_of(names):
+        return [(path, _read_archive(archive, names, path))]
+    members = sorted(n for n in names if n.endswith(".ckpt") and "/" not in n)
+    if not members:
+        _fail(f"{path}: neither a PyTorch checkpoint (no single data.pkl in the archive) nor a torchmd-net "
+              "ensemble (no .ckpt files at its top level)")
+    out = []
+    for n in members:
+        label = f"{path}:{n}"
+        try:
+            inner = zipfile.ZipFile(io.BytesIO(archive.read(n)))
+            inner_names = inner.namelist()
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as e:
+            _fail(f"{label}: not a readable PyTorch checkpoint (zip archive): {e}")
+        out.append((label, _read_archive(inner, inner_names, label)))
+    return out
 
 
 # --------------------------------------------------------------------------- the model
@@ -312,7 +347,9 @@ def _member(ckpt, path, layout):
 
 def convert(checkpoints, output, energy_unit="eV", length_unit="angstrom", name=None, layout="auto", out=None):
     """Converts torchmd-net TensorNet checkpoints (paths, or dicts as read_checkpoint returns them; one,
-    or several as ensemble members) into a .nnpm file. Returns a dict per member (sizes, cutoffs, layout)."""
+    or several as ensemble members; a path may be a torchmd-net ensemble archive, a zip of .ckpt files,
+    whose members come in name order) into a .nnpm file. Returns a dict per member (sizes, cutoffs,
+    layout)."""
     if isinstance(checkpoints, (str, os.PathLike)):
         checkpoints = [checkpoints]
     if not checkpoints:
@@ -326,15 +363,17 @@ def convert(checkpoints, output, energy_unit="eV", length_unit="angstrom", name=
     encoded = name.encode()
     if len(encoded) > _MAX_NAME or "\0" in name:
         _fail(f"model name {name!r} is longer than {_MAX_NAME} bytes")
-    members, infos = [], []
+    sources = []
     for k, source in enumerate(checkpoints):
         if isinstance(source, dict):
-            path, ckpt = f"checkpoint {k}", source
+            sources.append((f"checkpoint {k}", source))
         else:
             path = os.fspath(source)
             if not os.path.isfile(path):
                 _fail(f"{path}: no such checkpoint file")
-            ckpt = read_checkpoint(path)
+            sources += read_checkpoints(path)
+    members, infos = [], []
+    for path, ckpt in sources:
         payload, info = _member(ckpt, path, layout)
         members.append(payload)
         infos.append(info)

@@ -131,6 +131,44 @@ def test_ensemble_mean_and_members(tmp_path):
     assert np.allclose(f, (members[0][1] + members[1][1]) / 2, rtol=0, atol=1e-12)
 
 
+def test_ensemble_archive(tmp_path, monkeypatch):
+    """torchmd-net's ensemble archive (a zip of .ckpt files): its members in name order, the same model
+    file as the checkpoints given one by one; NNPForce converts it on first use; bad archives refused."""
+    archive = tmp_path / "ens.zip"
+    with zipfile.ZipFile(archive, "w") as z:  # written out of name order
+        z.write(ckpt("o3-deep"), "2-deep.ckpt")
+        z.write(ckpt("o3-atomref"), "1-atomref.ckpt")
+        z.writestr("README.txt", "not a member")
+        z.writestr("sub/3-ignored.ckpt", b"torchmd-net reads the top level only")
+    listed, zipped = str(tmp_path / "listed.nnpm"), str(tmp_path / "zipped.nnpm")
+    torchmdnet.convert([ckpt("o3-atomref"), ckpt("o3-deep")], listed, name="pair")
+    infos = torchmdnet.convert([str(archive)], zipped, name="pair")
+    assert [i["layers"] for i in infos] == [2, 3]
+    assert open(zipped, "rb").read() == open(listed, "rb").read()
+    a = reference("o3-atomref")["systems"]["cation"]
+    e_listed, f_listed = evaluate(*build(listed, a))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.warns(UserWarning, match="converted the torchmd-net checkpoint"):
+        context, force = build(str(archive), a)
+    assert list((tmp_path / "cache" / "openmm-nnp" / "models" / "converted").glob("ens-*.nnpm"))
+    assert force.getNumEnsembleMembers() == 2 and force.getModelName() == "ens"
+    e, f = evaluate(context, force)
+    assert np.array_equal(e, e_listed) and np.array_equal(f, f_listed)
+
+    empty = tmp_path / "empty.zip"
+    with zipfile.ZipFile(empty, "w") as z:
+        z.writestr("notes.txt", "no checkpoints")
+    with pytest.raises(openmm.OpenMMException, match="nor a torchmd-net ensemble"):
+        torchmdnet.convert([str(empty)], str(tmp_path / "out.nnpm"))
+    bad = tmp_path / "bad.zip"
+    with zipfile.ZipFile(bad, "w") as z:
+        z.write(ckpt("o3-atomref"), "a.ckpt")
+        z.writestr("b.ckpt", b"not a zip")
+    with pytest.raises(openmm.OpenMMException, match=r"bad\.zip:b\.ckpt: not a readable PyTorch checkpoint"):
+        torchmdnet.convert([str(bad)], str(tmp_path / "out.nnpm"))
+    assert not (tmp_path / "out.nnpm").exists()
+
+
 @pytest.mark.parametrize("name", ["o3-atomref", "so3-lower", "o3-deep", "o3-ssp", "so3-tanh", "o3-sigmoid", "o3-mish",
                                   "o3-gauss", "so3-gauss-trained"])
 def test_finite_differences(converted, name):
