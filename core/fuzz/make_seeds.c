@@ -1,5 +1,6 @@
 /* Writes a seed corpus for fuzz_model into the directory given: a tiny model in the own format,
-   and real NeuroChem files from the model zoo directory given second. */
+   real NeuroChem files from the model zoo directory given second, and any further files given (own-
+   format models of other families, e.g. the converted TensorNet test checkpoints). */
 #include "../models/ani/ani.h"
 
 #include <stdio.h>
@@ -31,8 +32,8 @@ static void copy_seed(const char* dir, const char* name, unsigned char tag, cons
 }
 
 int main(int argc, char** argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: make_seeds OUTDIR MODEL_ZOO_DIR\n");
+    if (argc < 3) {
+        fprintf(stderr, "usage: make_seeds OUTDIR MODEL_ZOO_DIR [MODEL.nnpm...]\n");
         return 2;
     }
     /* A two-element, two-member model with tiny networks. */
@@ -73,6 +74,10 @@ int main(int argc, char** argv) {
     copy_seed(argv[1], "ani1x.params", 2, src);
     snprintf(src, sizeof src, "%s/ani-2x_8x/rHCNOSFCl-5.1R_16-3.5A_a8-4.params", argv[2]);
     copy_seed(argv[1], "ani2x.params", 2, src);
-    printf("make_seeds: wrote 5 seeds to %s\n", argv[1]);
+    for (int a = 3; a < argc; a++) {
+        const char* base = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
+        copy_seed(argv[1], base, 0, argv[a]);
+    }
+    printf("make_seeds: wrote %d seeds to %s\n", 5 + argc - 3, argv[1]);
     return 0;
 }
