@@ -116,6 +116,10 @@ def main(argv=None):
     conv.add_argument("--layout", default="auto", choices=["auto", "2", "3"],
                       help="torchmd-net version that wrote the checkpoint: 2 (up to 2.6.x, the default for auto) "
                       "or 3 (3.x stores the last radial linears in another order)")
+    conv.add_argument("--atomref", default="auto", choices=["auto", "on", "off"],
+                      help="the Atomref prior's reference energies: as the checkpoint enables them (auto, the "
+                      "default), on whenever it has the prior (a model trained without them: torchmd-net's "
+                      "remove_ref_energy=False), or off")
     args = parser.parse_args(argv)
     try:
         if args.command == "install":
@@ -133,7 +137,7 @@ def main(argv=None):
             else:
                 parser.error("convert: give OUT.nnpm after the checkpoints, or --name NAME")
             torchmdnet.convert(checkpoints, output, args.energy_unit, args.length_unit, args.name, args.layout,
-                               out=sys.stdout)
+                               out=sys.stdout, atomref=args.atomref)
             print(f"wrote {output}")
             return 0
         print("search path (first match wins):")

@@ -206,7 +206,7 @@ def _layout(hp, layout):
     return 2
 
 
-def _member(ckpt, path, layout):
+def _member(ckpt, path, layout, atomref_mode="auto"):
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
         _fail(f"{path}: not a torchmd-net checkpoint (no state_dict and hyper_parameters)")
     hp, sd = ckpt["hyper_parameters"], ckpt["state_dict"]
@@ -239,6 +239,13 @@ def _member(ckpt, path, layout):
     cl = float(need("cutoff_lower", lambda v: isinstance(v, (int, float)) and v >= 0))
     cu = float(need("cutoff_upper", lambda v: isinstance(v, (int, float)) and v > cl))
     has_ref, ref_on = _priors(hp)
+    if atomref_mode not in ("auto", "on", "off"):
+        _fail(f"atomref {atomref_mode!r}: use auto, on or off")
+    if atomref_mode == "on" and not has_ref:
+        _fail(f"{path}: atomref on: the checkpoint has no Atomref prior (torchmd-net adds one during training, "
+              "enabled or not, for its reference energies)")
+    if atomref_mode != "auto":  # as torchmd-net's load_model(..., remove_ref_energy=False) turns it on
+        ref_on = atomref_mode == "on"
     layout = _layout(hp, layout)
 
     used = set()
@@ -345,11 +352,14 @@ def _member(ckpt, path, layout):
     return b"".join(body), info
 
 
-def convert(checkpoints, output, energy_unit="eV", length_unit="angstrom", name=None, layout="auto", out=None):
+def convert(checkpoints, output, energy_unit="eV", length_unit="angstrom", name=None, layout="auto", out=None,
+            atomref="auto"):
     """Converts torchmd-net TensorNet checkpoints (paths, or dicts as read_checkpoint returns them; one,
     or several as ensemble members; a path may be a torchmd-net ensemble archive, a zip of .ckpt files,
-    whose members come in name order) into a .nnpm file. Returns a dict per member (sizes, cutoffs,
-    layout)."""
+    whose members come in name order) into a .nnpm file. atomref: "auto" adds an Atomref prior's
+    reference energies when the checkpoint enables it, "on" whenever it has one (a model trained on
+    energies less them: torchmd-net's load_model(..., remove_ref_energy=False)), "off" never. Returns a
+    dict per member (sizes, cutoffs, layout)."""
     if isinstance(checkpoints, (str, os.PathLike)):
         checkpoints = [checkpoints]
     if not checkpoints:
@@ -374,7 +384,7 @@ def convert(checkpoints, output, energy_unit="eV", length_unit="angstrom", name=
             sources += read_checkpoints(path)
     members, infos = [], []
     for path, ckpt in sources:
-        payload, info = _member(ckpt, path, layout)
+        payload, info = _member(ckpt, path, layout, atomref)
         members.append(payload)
         infos.append(info)
         if out is not None:

@@ -169,6 +169,30 @@ def test_ensemble_archive(tmp_path, monkeypatch):
     assert not (tmp_path / "out.nnpm").exists()
 
 
+def test_atomref_option(tmp_path):
+    """--atomref on adds a disabled Atomref prior's reference energies (o3-deep), off drops an enabled
+    one (o3-atomref): batch energies move by the sum of the checkpoint's atomref weights over each
+    batch's atoms, forces do not move; on without the prior is refused."""
+    for name, mode, sign in (("o3-deep", "on", 1), ("o3-atomref", "off", -1)):
+        weights = torchmdnet.read_checkpoint(ckpt(name))["state_dict"]["model.prior_model.0.atomref.weight"][:, 0]
+        s = reference(name)["systems"]["cation"]
+        plain, changed = str(tmp_path / f"{name}.nnpm"), str(tmp_path / f"{name}-{mode}.nnpm")
+        torchmdnet.convert([ckpt(name)], plain)
+        torchmdnet.convert([ckpt(name)], changed, atomref=mode)
+        e0, f0 = evaluate(*build(plain, s))
+        e1, f1 = evaluate(*build(changed, s))
+        shift = np.zeros(len(e0))
+        for z, b in zip(s["atomic_numbers"], s["batch"]):
+            shift[b] += weights[z]
+        assert np.abs(shift).max() > 1e-3  # the weights are not zero: the test can fail
+        assert np.allclose(e1 - e0, sign * shift, rtol=1e-12, atol=1e-12)
+        assert np.array_equal(f1, f0)
+    with pytest.raises(openmm.OpenMMException, match="no Atomref prior"):
+        torchmdnet.convert([ckpt("so3-lower")], str(tmp_path / "x.nnpm"), atomref="on")
+    with pytest.raises(openmm.OpenMMException, match="use auto, on or off"):
+        torchmdnet.convert([ckpt("o3-deep")], str(tmp_path / "x.nnpm"), atomref="yes")
+
+
 @pytest.mark.parametrize("name", ["o3-atomref", "so3-lower", "o3-deep", "o3-ssp", "so3-tanh", "o3-sigmoid", "o3-mish",
                                   "o3-gauss", "so3-gauss-trained"])
 def test_finite_differences(converted, name):
