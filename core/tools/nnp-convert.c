@@ -12,49 +12,57 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 static int usage(void) {
     fprintf(stderr, "usage: nnp-convert MODEL OUTPUT.nnpm\n"
                     "       nnp-convert --info MODEL\n"
-                    "MODEL is a NeuroChem <name>.info file (ANI model zoo) or an .nnpm file.\n");
+                    "MODEL is a NeuroChem <name>.info file (ANI model zoo) or an .nnpm file (any family).\n");
     return 2;
 }
 
 static void print_info(const nnp_model* model) {
+    const int ani = nnp_model_family(model) == NNP_FAMILY_ANI;
+    double energy_kjmol = 0, length_angstrom = 0;
+    nnp_model_units(model, &energy_kjmol, &length_angstrom);
     printf("model      %s\n", nnp_model_name(model));
+    printf("family     %s\n", nnp_model_family_name(model));
+    printf("units      energy %.12g kJ/mol, length %.12g Å\n", energy_kjmol, length_angstrom);
     printf("members    %d\n", nnp_model_num_members(model));
     printf("cutoff     %g Å\n", nnp_model_cutoff(model));
-    printf("AEV length %d\n", nnp_model_aev_length(model));
+    if (ani) printf("AEV length %d\n", nnp_model_aev_length(model));
     printf("elements  ");
     for (int32_t i = 0; i < nnp_model_num_elements(model); i++) {
+        const int32_t z = nnp_model_element(model, i);
         double e = 0;
-        nnp_model_self_energy(model, nnp_model_element(model, i), &e);
-        printf(" %s(%.6f Ha)", nnp_element_symbol(nnp_model_element(model, i)), e);
+        if (ani && nnp_model_self_energy(model, z, &e) == NNP_OK) printf(" %s(%.6f Ha)", nnp_element_symbol(z), e);
+        else printf(" %s", nnp_element_symbol(z));
     }
     printf("\n");
 }
 
-/* Energy of a small test molecule made of the model's elements, every member. */
+/* Energy of a small test system made of the model's elements (each twice), every member; out holds
+   one value per member. */
 static int energies(const nnp_model* model, double* out) {
-    int32_t n = nnp_model_num_elements(model);
-    int32_t z[2 * 16], batch[2 * 16];
-    double pos[3 * 2 * 16];
-    for (int32_t i = 0; i < 2 * n; i++) {
+    const int32_t n = nnp_model_num_elements(model), atoms = 2 * n;
+    int32_t *z = malloc(sizeof(int32_t) * (size_t)atoms), *batch = malloc(sizeof(int32_t) * (size_t)atoms);
+    double* pos = malloc(sizeof(double) * 3 * (size_t)atoms);
+    nnp_plan* plan = NULL;
+    int ok = z != NULL && batch != NULL && pos != NULL && nnp_plan_create(model, &plan) == NNP_OK;
+    for (int32_t i = 0; ok && i < atoms; i++) {
         z[i] = nnp_model_element(model, i % n);
         batch[i] = 0;
         pos[3 * i] = 1.1 * i;
         pos[3 * i + 1] = 0.7 * (i % 3);
         pos[3 * i + 2] = 0.3 * (i % 2);
     }
-    nnp_plan* plan;
-    if (nnp_plan_create(model, &plan) != NNP_OK) return 0;
-    int ok = nnp_plan_set_atoms(plan, 2 * n, z, batch) == NNP_OK;
+    ok = ok && nnp_plan_set_atoms(plan, atoms, z, batch) == NNP_OK;
     for (int32_t m = 0; ok && m < nnp_model_num_members(model); m++)
-        ok = nnp_plan_set_member(plan, m) == NNP_OK &&
-             nnp_evaluate_cpu(plan, pos, NULL, &out[m], NULL, NULL) == NNP_OK;
+        ok = nnp_plan_set_member(plan, m) == NNP_OK && nnp_evaluate_cpu(plan, pos, NULL, &out[m], NULL, NULL) == NNP_OK;
     nnp_plan_free(plan);
+    free(z), free(batch), free(pos);
     return ok;
 }
 
@@ -100,8 +108,8 @@ int main(int argc, char** argv) {
         nnp_model_free(model);
         return 1;
     }
-    double e1[64], e2[64];
-    int same = energies(model, e1) && energies(back, e2);
+    double e1[64], e2[64]; /* one per member: at most 64 (the format's limit) */
+    int same = nnp_model_num_members(model) <= 64 && energies(model, e1) && energies(back, e2);
     for (int32_t m = 0; same && m < nnp_model_num_members(model); m++) same = e1[m] == e2[m];
     print_info(back);
     nnp_model_free(model);
