@@ -1,4 +1,5 @@
-"""The main job: a batched ANI simulation of many drug-like molecules in one OpenMM System.
+"""The main job: a batched ML-potential simulation of many drug-like molecules in one OpenMM System
+(ANI-2x by default, or any model NNPForce takes).
 
     python -m openmmnnp.simulate [--molecules DIR] [--model NAME|PATH] [--count N] [--steps N] ...
 
@@ -141,7 +142,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m openmmnnp.simulate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--molecules", help="folder of XYZ files, one molecule each (default: shared/molecules/druglike)")
     parser.add_argument("--model", default="ani2x",
-                        help="ANI model: a name (ani2x, ani1x, ani1ccx) or a NeuroChem .info / .nnpm file (default: ani2x)")
+                        help="model: a name (ani2x, ani1x, ani1ccx, or one converted into the cache) or a file: an ANI model "
+                        "zoo .info, an .nnpm, a torchmd-net TensorNet .ckpt or ensemble .zip (default: ani2x)")
     parser.add_argument("--count", type=int, help="number of molecules (default: sized for the platform)")
     parser.add_argument("--steps", type=int, help="MD steps (default: sized for the platform)")
     parser.add_argument("--platform", help="OpenMM platform (default: the fastest: CUDA, CPU, Reference)")
@@ -183,10 +185,11 @@ def run(args, csv, shared):
     try:
         found = NNPForce.findModel(model)
     except openmm.OpenMMException as e:
-        sys.exit(f"{e}\nPass --model NAME or --model PATH (an ANI model zoo .info file or an .nnpm file).")
+        sys.exit(f"{e}\nPass --model NAME or --model PATH (an ANI model zoo .info file, an .nnpm file, or a "
+                 "torchmd-net .ckpt or ensemble .zip).")
     if not os.path.isfile(found):
-        sys.exit(f"No ANI model file at {model!r}. Pass --model NAME or --model PATH (an ANI model zoo .info "
-                 "file or an .nnpm file).")
+        sys.exit(f"No model file at {model!r}. Pass --model NAME or --model PATH (an ANI model zoo .info file, "
+                 "an .nnpm file, or a torchmd-net .ckpt or ensemble .zip).")
     folder = args.molecules or (shared and os.path.join(shared, "molecules", "druglike"))
     files = sorted(glob.glob(os.path.join(folder, "*.xyz"))) if folder else []
     if not files:

@@ -4,6 +4,8 @@ invariances."""
 import copy
 import json
 import os
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -167,6 +169,18 @@ def test_ensemble_archive(tmp_path, monkeypatch):
     with pytest.raises(openmm.OpenMMException, match=r"bad\.zip:b\.ckpt: not a readable PyTorch checkpoint"):
         torchmdnet.convert([str(bad)], str(tmp_path / "out.nnpm"))
     assert not (tmp_path / "out.nnpm").exists()
+
+
+def test_main_job_with_a_checkpoint(tmp_path):
+    """The main job (python -m openmmnnp.simulate) on a torchmd-net checkpoint: converted into the cache
+    on first use, two drug-like molecules on the CPU platform, their energies printed."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    result = subprocess.run([sys.executable, "-m", "openmmnnp.simulate", "--model", ckpt("o3-atomref"), "--count", "2",
+                             "--steps", "4", "--minimize", "2", "--platform", "CPU"], capture_output=True, text=True,
+                            timeout=600, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "drugbank-0002" in result.stdout and "molecule-steps/s" in result.stdout
+    assert list((tmp_path / "cache" / "openmm-nnp" / "models" / "converted").glob("o3-atomref-*.nnpm"))
 
 
 def test_atomref_option(tmp_path):
@@ -520,8 +534,6 @@ def test_openmmml_aceff_names(tmp_path, monkeypatch):
 
 
 def test_example_runs():
-    import subprocess
-    import sys
     from conftest import EXAMPLES
     result = subprocess.run([sys.executable, os.path.join(EXAMPLES, "tensornet_charges.py"), ckpt("o3-atomref")],
                             capture_output=True, text=True, timeout=300)
