@@ -146,8 +146,19 @@ def _initForce(self, model):
 
 NNPForce.__init__ = _initForce
 NNPForce.findModel = staticmethod(lambda nameOrPath: _findModel(_path(nameOrPath)))
-NNPForce.convertModel = staticmethod(lambda source, destination: _convertModel(_path(source, "source"),
-                                                                               _path(destination, "destination")))
+def _convertAnyModel(source, destination):
+    """NNPForce.convertModel(source, destination): a model (name, .info or .nnpm) into an .nnpm file; a
+    torchmd-net TensorNet .ckpt or ensemble .zip through openmmnnp.torchmdnet.convert (eV, Å, 2.x
+    layout: call that for other units)."""
+    source, destination = _path(source, "source"), _path(destination, "destination")
+    if source.endswith((".ckpt", ".zip")) and _os.path.isfile(source):
+        from . import torchmdnet
+        torchmdnet.convert([source], destination, name=_os.path.splitext(_os.path.basename(source))[0])
+        return
+    _convertModel(source, destination)
+
+
+NNPForce.convertModel = staticmethod(_convertAnyModel)
 _getAtomParameters = NNPForce.getAtomParameters
 _setBatchCharge, _getBatchCharge = NNPForce.setBatchCharge, NNPForce.getBatchCharge
 NNPForce.setBatchCharge = lambda self, batch, charge: _setBatchCharge(self, _integer(batch, "batch"),

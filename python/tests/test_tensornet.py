@@ -183,6 +183,14 @@ def test_main_job_with_a_checkpoint(tmp_path):
     assert list((tmp_path / "cache" / "openmm-nnp" / "models" / "converted").glob("o3-atomref-*.nnpm"))
 
 
+def test_convert_model_takes_checkpoints(tmp_path):
+    """NNPForce.convertModel converts a torchmd-net checkpoint as torchmdnet.convert does."""
+    direct, via = str(tmp_path / "direct.nnpm"), str(tmp_path / "via.nnpm")
+    torchmdnet.convert([ckpt("so3-lower")], direct, name="so3-lower")
+    openmmnnp.NNPForce.convertModel(ckpt("so3-lower"), via)
+    assert open(via, "rb").read() == open(direct, "rb").read()
+
+
 def test_atomref_option(tmp_path):
     """--atomref on adds a disabled Atomref prior's reference energies (o3-deep), off drops an enabled
     one (o3-atomref): batch energies move by the sum of the checkpoint's atomref weights over each
