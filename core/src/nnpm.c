@@ -238,6 +238,13 @@ nnp_status nnp_model_load(const char* path, nnp_model** model) {
         free(data);
     } else {
         size_t n = strlen(path);
+        if (got >= 4 && memcmp(head, "PK\3\4", 4) == 0) {
+            fclose(f);
+            return nnp_fail(NNP_ERR_FORMAT, "'%s' is not a model but a zip archive: a torchmd-net checkpoint (.ckpt) or "
+                            "ensemble (.zip) is converted once into an .nnpm file, without PyTorch: python -m "
+                            "openmmnnp.models convert '%s' OUT.nnpm (in Python, NNPForce converts a path ending in "
+                            ".ckpt or .zip on first use)", path, path);
+        }
         if (memchr(head, '\0', got) != NULL || (n >= 5 && strcmp(path + n - 5, ".nnpm") == 0)) {
             fclose(f);
             return nnp_fail(NNP_ERR_FORMAT, "'%s' is not a model: not an .nnpm file (its first bytes are not the "

@@ -167,6 +167,10 @@ def test_model_file_checks(tmp_path):
     flipped.write_bytes(b"X" + data[1:])
     with pytest.raises(openmm.OpenMMException, match="not a model: not an .nnpm file"):
         openmmnnp.NNPForce(str(flipped))
+    archive = tmp_path / "model.pt"  # a zip (a PyTorch file) under a name NNPForce does not convert
+    archive.write_bytes(open(os.path.join(os.path.dirname(__file__), "data", "tensornet", "so3-lower.ckpt"), "rb").read())
+    with pytest.raises(openmm.OpenMMException, match="is not a model but a zip archive.*python -m openmmnnp.models convert"):
+        openmmnnp.NNPForce(str(archive))
     binary = tmp_path / "binary.dat"
     binary.write_bytes(b"\x00\x01garbage" * 10)
     with pytest.raises(openmm.OpenMMException, match="not a model"):
