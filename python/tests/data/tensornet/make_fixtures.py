@@ -58,6 +58,9 @@ MODELS = {
     "so3-gauss-trained": (21, dict(embedding_dimension=12, num_layers=1, num_rbf=8, cutoff_lower=0.4, cutoff_upper=4.0,
                                    max_z=54, equivariance_invariance_group="SO(3)", rbf_type="gauss",
                                    trainable_rbf=True, activation="tanh"), None, None, None),
+    # odd sizes (no width a multiple of a SIMD vector) and a deeper Scalar head (two hidden layers)
+    "o3-odd": (22, dict(embedding_dimension=7, num_layers=2, num_rbf=5, cutoff_lower=0.0, cutoff_upper=4.2,
+                        max_z=54, equivariance_invariance_group="O(3)", output_mlp_num_layers=1), 0.05, 1.3, "on"),
 }
 
 
