@@ -25,6 +25,21 @@ def searchPath():
     return list(NNPForce.getModelSearchPath())
 
 
+def modelNames(folders=None):
+    """The model names: the ANI zoo's, then every other NAME.nnpm in the search path's folders (a
+    converted TensorNet, say), in search order."""
+    names = dict.fromkeys(ZOO)
+    for folder in searchPath() if folders is None else folders:
+        try:
+            files = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for f in files:
+            if f.endswith(".nnpm") and len(f) > 5 and os.path.isfile(os.path.join(folder, f)):
+                names.setdefault(f[:-5])
+    return list(names)
+
+
 def findModel(name):
     """The file a model name resolves to (a path is returned unchanged); raises OpenMMException if none."""
     from . import NNPForce
@@ -98,7 +113,8 @@ def install(zoo, destination=None, names=None, out=sys.stdout):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m openmmnnp.models", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("list", help="where each model name resolves (the default)")
+    sub.add_parser("list", help="where each model name resolves: the ANI zoo's and every NAME.nnpm in the search "
+                   "path (the default)")
     inst = sub.add_parser("install", help="convert an ANI model zoo folder into .nnpm files found by name")
     inst.add_argument("zoo", help="folder holding ani-1x_8x.info, ani-1ccx_8x.info, ani-2x_8x.info")
     inst.add_argument("--dest", help=f"destination folder (default: the per-user cache, {cacheFolder() or 'none: HOME is not set'})")
@@ -141,9 +157,10 @@ def main(argv=None):
             print(f"wrote {output}")
             return 0
         print("search path (first match wins):")
-        for folder in searchPath():
+        folders = searchPath()
+        for folder in folders:
             print(f"  {folder}")
-        for name in ZOO:
+        for name in modelNames(folders):
             try:
                 print(f"{name:8} {findModel(name)}")
             except openmm.OpenMMException:

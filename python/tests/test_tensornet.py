@@ -191,6 +191,20 @@ def test_convert_model_takes_checkpoints(tmp_path):
     assert open(via, "rb").read() == open(direct, "rb").read()
 
 
+def test_converted_name_is_listed(tmp_path):
+    """A checkpoint converted with --name into the cache is found by that name and listed by
+    python -m openmmnnp.models (list)."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    models = [sys.executable, "-m", "openmmnnp.models"]
+    done = subprocess.run(models + ["convert", ckpt("so3-lower"), "--name", "my-tensornet"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "cache" / "openmm-nnp" / "models" / "my-tensornet.nnpm"
+    listing = subprocess.run(models + ["list"], capture_output=True, text=True, env=env, timeout=120)
+    assert listing.returncode == 0, listing.stderr
+    assert f"my-tensornet {path}" in listing.stdout and "ani2x" in listing.stdout
+
+
 def test_atomref_option(tmp_path):
     """--atomref on adds a disabled Atomref prior's reference energies (o3-deep), off drops an enabled
     one (o3-atomref): batch energies move by the sum of the checkpoint's atomref weights over each
