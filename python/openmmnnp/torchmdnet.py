@@ -196,14 +196,18 @@ def _priors(hp):
 
 
 def _layout(hp, layout):
+    """(layout, why): the torchmd-net major version whose linears_scalar layout the checkpoint has."""
     if layout in ("2", "3"):
-        return int(layout)
+        return int(layout), "as asked"
     if layout != "auto":
         _fail(f"layout {layout!r}: use auto, 2 or 3")
     # torchmd-net 3.x stores the last radial linears in blocks [3][F], earlier versions interleaved
-    # [F][3]. Checkpoints cannot tell which version wrote them ('check_errors' marks <= 2.6.1 ones;
-    # 2.6.2 and 3.x write the same keys): auto means the 2.x layout, --layout 3 for 3.x checkpoints.
-    return 2
+    # [F][3]. 'check_errors' in the hyper_parameters marks a checkpoint of torchmd-net <= 2.6.1 (3.x
+    # itself detects old checkpoints so); without it, 2.6.2 and 3.x write the same keys: auto means
+    # the 2.x layout, --layout 3 for 3.x checkpoints.
+    if "check_errors" in hp:
+        return 2, "check_errors marks torchmd-net <= 2.6.1"
+    return 2, "assumed: give --layout 3 for a checkpoint written by torchmd-net 3.x"
 
 
 def _member(ckpt, path, layout, atomref_mode="auto"):
@@ -246,7 +250,7 @@ def _member(ckpt, path, layout, atomref_mode="auto"):
               "enabled or not, for its reference energies)")
     if atomref_mode != "auto":  # as torchmd-net's load_model(..., remove_ref_energy=False) turns it on
         ref_on = atomref_mode == "on"
-    layout = _layout(hp, layout)
+    layout, layout_why = _layout(hp, layout)
 
     used = set()
 
@@ -347,8 +351,8 @@ def _member(ckpt, path, layout, atomref_mode="auto"):
         a2 = a.reshape(1, -1) if a.ndim == 1 else a
         body.append(struct.pack("<2I", *a2.shape) + np.ascontiguousarray(a2, dtype="<f8").tobytes())
     info = dict(F=F, layers=L, rbf=R, cutoff=(cl, cu), group=group, max_z=max_z, head=len(head),
-                atomref=atomref is not None, layout=layout, std=std, mean=mean, activation=hp["activation"],
-                basis=rbf_type)
+                atomref=atomref is not None, layout=layout, layout_why=layout_why, std=std, mean=mean,
+                activation=hp["activation"], basis=rbf_type)
     return b"".join(body), info
 
 
@@ -392,7 +396,7 @@ def convert(checkpoints, output, energy_unit="eV", length_unit="angstrom", name=
                   f"cutoff {info['cutoff'][0]}–{info['cutoff'][1]}, {info['group']}, {info['activation']}, "
                   f"{info['basis']} basis, elements 1–{info['max_z'] - 1}, "
                   f"Atomref {'on' if info['atomref'] else 'off'}, torchmd-net {info['layout']}.x layout of "
-                  "linears_scalar", file=out)
+                  f"linears_scalar ({info['layout_why']})", file=out)
     payload = (struct.pack("<2I", _FAMILY_TENSORNET, len(encoded)) + encoded
                + struct.pack("<2d", ENERGY_UNITS[energy_unit], LENGTH_UNITS[length_unit])
                + struct.pack("<I", len(members)) + b"".join(members))

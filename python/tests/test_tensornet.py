@@ -2,6 +2,7 @@
 torchmd-net's own float64 results (data/tensornet, made by make_fixtures.py), finite differences and
 invariances."""
 import copy
+import io
 import json
 import os
 import subprocess
@@ -345,6 +346,13 @@ def test_torchmdnet_3_layout(tmp_path):
     assert_matches(e, f, s["energies"], s["forces"])
     ew, _ = evaluate(*build(wrong, s))
     assert abs(ew[0] - s["energies"][0]) > 1e-6
+    # what auto says of its choice: assumed without check_errors, certain with it (torchmd-net <= 2.6.1)
+    assert "assumed: give --layout 3" in torchmdnet.convert([v3], wrong)[0]["layout_why"]
+    old = copy.deepcopy(v2)
+    old["hyper_parameters"]["check_errors"] = True
+    printed = io.StringIO()
+    assert torchmdnet.convert([old], wrong, out=printed)[0]["layout"] == 2
+    assert "2.x layout of linears_scalar (check_errors marks torchmd-net <= 2.6.1)" in printed.getvalue()
 
 
 def test_nve_energy_is_conserved():
