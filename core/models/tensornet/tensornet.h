@@ -27,10 +27,10 @@ extern "C" {
 
 enum { TN_GROUP_O3 = 1, TN_GROUP_SO3 = 2 };
 /* torchmd-net's activations (its act_class_mapping): SiLU, shifted softplus, tanh, sigmoid, Swish
-   (β = 1, the same function as SiLU) and Mish; the model file's activation field. */
+   (β = 1, the same function as SiLU) and Mish; the low byte of the model file's activation field. */
+enum { TN_ACT_SILU = 1, TN_ACT_SSP = 2, TN_ACT_TANH = 3, TN_ACT_SIGMOID = 4, TN_ACT_SWISH = 5, TN_ACT_MISH = 6 };
 /* torchmd-net's radial bases (rbf_type), in the model file's activation field above its low byte. */
 enum { TN_RBF_EXPNORM = 0, TN_RBF_GAUSS = 1 };
-enum { TN_ACT_SILU = 1, TN_ACT_SSP = 2, TN_ACT_TANH = 3, TN_ACT_SIGMOID = 4, TN_ACT_SWISH = 5, TN_ACT_MISH = 6 };
 
 typedef struct tn_linear {
     int32_t n_in, n_out;
