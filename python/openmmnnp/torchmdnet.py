@@ -231,7 +231,10 @@ def _member(ckpt, path, layout, atomref_mode="auto"):
     rbf_type = need("rbf_type", lambda v: v in ("expnorm", "gauss"))
     activation = ACTIVATIONS[need("activation", lambda v: v in ACTIVATIONS)]
     need("output_model", lambda v: v == "Scalar")
-    need("reduce_op", lambda v: v == "sum")
+    reduce_op = need("reduce_op", lambda v: True)
+    if reduce_op not in ("add", "sum"):  # torchmd-net's scatter: add and sum are one reduction
+        _fail(f"{path}: reduce_op = {reduce_op!r} is not supported: the TensorNet family sums the atoms' energies "
+              "(reduce_op add, torchmd-net's default, or sum)")
     group = need("equivariance_invariance_group", lambda v: v in ("O(3)", "SO(3)"))
     if hp.get("atom_filter", -1) not in (-1, None):
         _fail(f"{path}: atom_filter = {hp['atom_filter']!r} is not supported")

@@ -436,7 +436,15 @@ def test_hostile_checkpoints(tmp_path):
     refused(lambda c: c["hyper_parameters"].update(rbf_type="bessel"), "rbf_type = 'bessel'")
     refused(lambda c: c["hyper_parameters"].update(activation="relu"), "activation = 'relu'")
     refused(lambda c: c["hyper_parameters"].update(prior_model="ZBL"), "ZBL")
-    refused(lambda c: c["hyper_parameters"].update(reduce_op="mean"), "reduce_op")
+    refused(lambda c: c["hyper_parameters"].update(reduce_op="mean"), "reduce_op = 'mean'")
+    # torchmd-net's default reduction, add, is its sum (torchmdnet.models.utils.scatter): the same model
+    outputs = {}
+    for op in ("sum", "add"):
+        c = copy.deepcopy(base)
+        c["hyper_parameters"]["reduce_op"] = op
+        torchmdnet.convert([c], str(tmp_path / f"{op}.nnpm"))
+        outputs[op] = (tmp_path / f"{op}.nnpm").read_bytes()
+    assert outputs["add"] == outputs["sum"]
     refused(lambda c: c["hyper_parameters"].pop("num_rbf"), "lack 'num_rbf'")
     key = "model.representation_model.layers.0.linears_tensor.3.weight"
     refused(lambda c: c["state_dict"].pop(key), "lacks representation_model.layers.0.linears_tensor.3.weight")
