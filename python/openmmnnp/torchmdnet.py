@@ -42,6 +42,12 @@ class _AttributeDict(dict):
     """Lightning's AttributeDict, as a plain dict."""
 
 
+class _OrderedDict(dict):
+    """collections.OrderedDict as a dict. A module's state_dict() carries its _metadata (each
+    submodule's version) as an attribute, which pickle restores by BUILD after the items: kept as
+    an attribute here, never used."""
+
+
 class _Storage:
     def __init__(self, name):
         self.name = name
@@ -71,7 +77,7 @@ _ALLOWED = {
     ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
     ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
-    ("collections", "OrderedDict"): dict,
+    ("collections", "OrderedDict"): _OrderedDict,
     ("lightning.fabric.utilities.data", "AttributeDict"): _AttributeDict,
     ("lightning_fabric.utilities.data", "AttributeDict"): _AttributeDict,
     ("pytorch_lightning.utilities.parsing", "AttributeDict"): _AttributeDict,

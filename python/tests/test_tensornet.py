@@ -19,7 +19,7 @@ from openmmnnp import torchmdnet
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "tensornet")
 MODELS = ["o3-atomref", "so3-lower", "o3-deep", "o3-embedding-only", "o3-ssp", "so3-tanh", "o3-sigmoid",
-          "o3-swish", "o3-mish", "o3-gauss", "so3-gauss-trained", "o3-odd"]
+          "o3-swish", "o3-mish", "o3-gauss", "so3-gauss-trained", "o3-odd", "o3-trained"]
 EV = torchmdnet.ENERGY_UNITS["eV"]  # kJ/mol
 
 

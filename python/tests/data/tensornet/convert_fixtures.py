@@ -7,7 +7,7 @@ from openmmnnp import torchmdnet
 
 NAMES = ["o3-atomref", "o3-deep", "o3-embedding-only", "so3-lower", "o3-ssp", "so3-tanh", "o3-sigmoid",
          "o3-swish", "o3-mish", "o3-gauss", "so3-gauss-trained",
-         "o3-odd"]
+         "o3-odd", "o3-trained"]
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:

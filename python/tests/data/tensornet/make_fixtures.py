@@ -8,12 +8,21 @@ saved with torch.save in Lightning's checkpoint layout (OUT_DIR/PREFIX+NAME.ckpt
 float64 energies per batch and forces for a few systems (OUT_DIR/PREFIX+NAME.json), from
 torchmdnet.models.model.load_model of that checkpoint with precision=64. Positions in Å, energies
 in the model's unit, forces in its unit per Å.
+
+TRAINED models are instead written by torchmd-net's own training script (torchmdnet.scripts.train,
+its defaults for everything not listed: reduce_op add, Lightning's checkpoint with optimizer and
+scheduler states, the state dict an OrderedDict with its _metadata) after two epochs on a small
+random Custom dataset; they need Lightning, torch_geometric and h5py besides torch.
 """
 import argparse
+import glob
 import json
 import math
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import torch
@@ -61,6 +70,11 @@ MODELS = {
     # odd sizes (no width a multiple of a SIMD vector) and a deeper Scalar head (two hidden layers)
     "o3-odd": (22, dict(embedding_dimension=7, num_layers=2, num_rbf=5, cutoff_lower=0.0, cutoff_upper=4.2,
                         max_z=54, equivariance_invariance_group="O(3)", output_mlp_num_layers=1), 0.05, 1.3, "on"),
+}
+
+# name: (seed, the training configuration's model entries)
+TRAINED = {
+    "o3-trained": (23, dict(embedding_dimension=16, num_layers=2, num_rbf=8, cutoff_upper=4.0, standardize=True)),
 }
 
 
@@ -128,7 +142,7 @@ def perturb(model, rng_torch):
 
 
 def make(name, spec, out_dir, prefix):
-    from torchmdnet.models.model import create_model, load_model
+    from torchmdnet.models.model import create_model
     from torchmdnet import priors
     seed, hp, mean, std, atomref = spec
     torch.manual_seed(seed)
@@ -162,7 +176,43 @@ def make(name, spec, out_dir, prefix):
             "optimizer_states": [], "lr_schedulers": []}
     path = os.path.join(out_dir, prefix + name + ".ckpt")
     torch.save(ckpt, path)
+    reference(name, path, hp, args, seed, out_dir, prefix)
 
+
+def train(name, spec, out_dir, prefix):
+    """A checkpoint written by torchmd-net's training script (TRAINED), and its reference."""
+    import yaml
+    seed, entries = spec
+    rng = np.random.default_rng(seed)
+    with tempfile.TemporaryDirectory() as work:
+        z = np.array([6, 1, 1, 1, 8, 1, 7, 1, 1, 16, 9, 17], dtype=np.int64)
+        pos = cluster(rng, list(z))[None] + rng.normal(scale=0.1, size=(40, len(z), 3))
+        np.save(os.path.join(work, "coords.npy"), pos.astype(np.float32))
+        np.save(os.path.join(work, "embed.npy"), z)
+        np.save(os.path.join(work, "energy.npy"), rng.normal(size=(40, 1)).astype(np.float32))
+        np.save(os.path.join(work, "forces.npy"), rng.normal(size=(40, len(z), 3)).astype(np.float32))
+        conf = dict(model="tensornet", dataset="Custom", coord_files=os.path.join(work, "coords.npy"),
+                    embed_files=os.path.join(work, "embed.npy"), energy_files=os.path.join(work, "energy.npy"),
+                    force_files=os.path.join(work, "forces.npy"), num_epochs=2, save_interval=1, batch_size=8,
+                    inference_batch_size=8, train_size=0.8, val_size=0.1, test_size=0.1, num_workers=0, ngpus=1,
+                    log_dir=os.path.join(work, "log"), seed=seed, **entries)
+        with open(os.path.join(work, "conf.yaml"), "w") as f:
+            yaml.safe_dump(conf, f)
+        subprocess.run([sys.executable, "-m", "torchmdnet.scripts.train", "--conf", os.path.join(work, "conf.yaml")],
+                       check=True, cwd=work, stdout=subprocess.DEVNULL)
+        last = sorted(glob.glob(os.path.join(work, "log", "epoch=1-*.ckpt")))
+        assert len(last) == 1, last
+        path = os.path.join(out_dir, prefix + name + ".ckpt")
+        shutil.copyfile(last[0], path)
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    args = dict(ckpt["hyper_parameters"])
+    assert args["reduce_op"] == "add" and hasattr(ckpt["state_dict"], "_metadata") and ckpt["optimizer_states"]
+    reference(name, path, entries, args, seed, out_dir, prefix)
+
+
+def reference(name, path, hp, args, seed, out_dir, prefix):
+    """torchmd-net's float64 energies and forces of the checkpoint at path on the test systems."""
+    from torchmdnet.models.model import load_model
     ref = load_model(path, precision=64, derivative=True)
     ref.eval()
     rng = np.random.default_rng(seed)
@@ -201,6 +251,10 @@ def main():
         if a.only and name not in a.only:
             continue
         make(name, spec, a.out_dir, a.prefix)
+    for name, spec in TRAINED.items():
+        if a.only and name not in a.only:
+            continue
+        train(name, spec, a.out_dir, a.prefix)
 
 
 if __name__ == "__main__":
