@@ -231,7 +231,7 @@ def test_atomref_option(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["o3-atomref", "so3-lower", "o3-deep", "o3-ssp", "so3-tanh", "o3-sigmoid", "o3-mish",
-                                  "o3-gauss", "so3-gauss-trained", "o3-odd"])
+                                  "o3-gauss", "so3-gauss-trained", "o3-odd", "o3-trained"])
 def test_finite_differences(converted, name):
     s = reference(name)["systems"]["aceff12" if name != "so3-lower" else "cation"]
     context, force = build(converted[name], s)
