@@ -2063,11 +2063,13 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     s->last = plan->member < 0 ? tm->n_members : plan->member + 1;
     for (int k = s->first; k < s->last; k++) {
         const tn_member* m = &tm->members[k];
+        static const char* const act_names[] = {"?", "silu", "ssp", "tanh", "sigmoid", "swish", "mish"};
+        const int a = m->activation >= 1 && m->activation <= TN_ACT_MISH ? (int)m->activation : 0;
         if ((m->activation != TN_ACT_SILU && m->activation != TN_ACT_SWISH) || m->rbf != TN_RBF_EXPNORM)
             return nnp_fail(NNP_ERR_UNSUPPORTED, "the CUDA evaluation of TensorNet runs SiLU (or Swish) models with the "
-                            "expnorm radial basis only; '%s' uses activation %d (TN_ACT_*) and radial basis %d "
-                            "(TN_RBF_*): evaluate it on OpenMM's Reference or CPU platform", plan->model->name,
-                            (int)m->activation, (int)m->rbf);
+                            "expnorm radial basis only; '%s' uses activation %s and radial basis %s: evaluate it on "
+                            "OpenMM's Reference or CPU platform", plan->model->name, act_names[a],
+                            m->rbf == TN_RBF_GAUSS ? "gauss" : m->rbf == TN_RBF_EXPNORM ? "expnorm" : "?");
     }
     for (int i = 0; i < n; i++)
         for (int k = s->first; k < s->last; k++)
