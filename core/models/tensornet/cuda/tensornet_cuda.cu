@@ -76,7 +76,7 @@ template <typename real> struct Lin {
 
 /* One member, by value as a kernel argument (the layers apart: TnLayer). */
 template <typename real> struct TnNet {
-    int F, R, L, H, group;
+    int F, R, L, H, group, act, rbf; /* act: the activation (TN_ACT_*); rbf: the radial basis (TN_RBF_*) */
     double cl, cu, alpha; /* the radial basis and the cutoff are computed in double (rbf_sh) */
     real stdv;
     const double *means, *betas; /* R each */
@@ -176,10 +176,34 @@ template <typename real> struct TnBuf {
 
 /* ------------------------------------------------------------------ device helpers */
 
-template <typename real> __device__ __forceinline__ real silu(real z) { return z / (real(1) + dexp(-z)); }
-template <typename real> __device__ __forceinline__ real silu_d(real z) {
+/* The activation `kind` (TN_ACT_*) and its derivative, as the CPU evaluation (tensornet.c) and torch
+   compute them: SiLU and Swish z σ(z); the shifted softplus (z above 20, else log1p(exp(z))) less
+   log 2 in float32; tanh; σ; Mish z tanh(log1p(exp(z))). "SiLU" in the comments below stands for the
+   model's activation, whichever it is. */
+template <typename real> __device__ __forceinline__ real act(int kind, real z) {
+    switch (kind) {
+    case TN_ACT_SSP: return (z > real(20) ? z : log1p(dexp(z))) - real(0.693147182464599609375);
+    case TN_ACT_TANH: return tanh(z);
+    case TN_ACT_SIGMOID: return real(1) / (real(1) + dexp(-z));
+    case TN_ACT_MISH: return z * tanh(log1p(dexp(z)));
+    default: return z / (real(1) + dexp(-z));
+    }
+}
+template <typename real> __device__ __forceinline__ real act_d(int kind, real z) {
     const real s = real(1) / (real(1) + dexp(-z));
-    return s * (real(1) + z * (real(1) - s));
+    switch (kind) {
+    case TN_ACT_SSP: return z > real(20) ? real(1) : s;
+    case TN_ACT_TANH: {
+        const real t = tanh(z);
+        return real(1) - t * t;
+    }
+    case TN_ACT_SIGMOID: return s * (real(1) - s);
+    case TN_ACT_MISH: {
+        const real t = tanh(log1p(dexp(z)));
+        return t + z * s * (real(1) - t * t);
+    }
+    default: return s * (real(1) + z * (real(1) - s));
+    }
 }
 
 /* A sum over the block in a fixed order (every thread gets it). red: TN_THREADS / 32 reals. */
@@ -307,6 +331,14 @@ template <typename real> __device__ __forceinline__ real norm1(const real (&m)[9
    double whatever real is: exp(−β (t − μ)²) with β of order R² loses about 2β|t − μ| ulps of t
    (float32: 1e-6 relative), and the GPU's float64 units make R exponentials per edge cheap. */
 template <typename real> __device__ void rbf_sh(const TnNet<real>& N, double d, real* rb, real* drb) {
+    if (N.rbf == TN_RBF_GAUSS) { /* exp(−β (d − μ)²), no cutoff of its own */
+        for (int r = threadIdx.x; r < N.R; r += TN_THREADS) {
+            const double x = d - N.means[r], e = exp(-N.betas[r] * x * x);
+            rb[r] = (real)e;
+            if (drb) drb[r] = (real)(-2 * N.betas[r] * x * e);
+        }
+        return;
+    }
     const double cu = N.cu, pi = TN_PI, alpha = N.alpha;
     double phi = 0, dphi = 0;
     if (d < cu) {
@@ -373,17 +405,17 @@ __device__ void edge_mlp(const TnNet<real>& N, const TnLayer<real>& Ly, double d
     __syncthreads();
     lin_fwd(Ly.lls[0], rb, h1);
     __syncthreads();
-    for (int k = threadIdx.x; k < F; k += TN_THREADS) a[k] = silu(h1[k]);
+    for (int k = threadIdx.x; k < F; k += TN_THREADS) a[k] = act(N.act, h1[k]);
     __syncthreads();
     lin_fwd(Ly.lls[1], a, h2);
     __syncthreads();
-    for (int k = threadIdx.x; k < 2 * F; k += TN_THREADS) a[k] = silu(h2[k]);
+    for (int k = threadIdx.x; k < 2 * F; k += TN_THREADS) a[k] = act(N.act, h2[k]);
     __syncthreads();
     lin_fwd(Ly.lls[2], a, h3);
     __syncthreads();
     real c, dc;
     cutoff_fn(N, d, &c, &dc);
-    for (int k = threadIdx.x; k < 3 * F; k += TN_THREADS) fac[k] = silu(h3[k]) * c;
+    for (int k = threadIdx.x; k < 3 * F; k += TN_THREADS) fac[k] = act(N.act, h3[k]) * c;
 }
 
 /* dE/dd of the radial MLP given dE/dfac (gfac, shared); keep as left by edge_mlp; work: 6F + R. */
@@ -396,15 +428,15 @@ __device__ real edge_mlp_back(const TnNet<real>& N, const TnLayer<real>& Ly, dou
     real *g3 = work, *g2 = g3 + 3 * F, *g1 = g2 + 2 * F, *grb = g1 + F;
     real part = 0;
     for (int k = threadIdx.x; k < 3 * F; k += TN_THREADS) {
-        part += gfac[k] * silu(h3[k]);
-        g3[k] = gfac[k] * c * silu_d(h3[k]);
+        part += gfac[k] * act(N.act, h3[k]);
+        g3[k] = gfac[k] * c * act_d(N.act, h3[k]);
     }
     const real gc = block_sum(part, red); /* also the barrier after g3 */
     lin_bwd(Ly.lls[2], g3, g2);
-    for (int k = threadIdx.x; k < 2 * F; k += TN_THREADS) g2[k] *= silu_d(h2[k]);
+    for (int k = threadIdx.x; k < 2 * F; k += TN_THREADS) g2[k] *= act_d(N.act, h2[k]);
     __syncthreads();
     lin_bwd(Ly.lls[1], g2, g1);
-    for (int k = threadIdx.x; k < F; k += TN_THREADS) g1[k] *= silu_d(h1[k]);
+    for (int k = threadIdx.x; k < F; k += TN_THREADS) g1[k] *= act_d(N.act, h1[k]);
     __syncthreads();
     lin_bwd(Ly.lls[0], g1, grb);
     part = 0;
@@ -417,9 +449,21 @@ __device__ real edge_mlp_back(const TnNet<real>& N, const TnLayer<real>& Ly, dou
 /* The radial tables (RadialTable), exactly in double: one block per grid point, the radial basis
    and the filter network with their derivatives along d (forward mode), at the point and, for the
    step to it, at the next. */
-__device__ __forceinline__ double silu_dd(double z) {
-    const double s = 1 / (1 + exp(-z));
-    return s * (1 - s) * (2 + z * (1 - 2 * s));
+__device__ __forceinline__ double act_dd(int kind, double z) {
+    const double s = 1 / (1 + exp(-z)), ds = s * (1 - s);
+    switch (kind) {
+    case TN_ACT_SSP: return z > 20 ? 0 : ds;
+    case TN_ACT_TANH: {
+        const double t = tanh(z);
+        return -2 * t * (1 - t * t);
+    }
+    case TN_ACT_SIGMOID: return ds * (1 - 2 * s);
+    case TN_ACT_MISH: { /* f = z T, T = tanh(softplus z): f'' = 2T' + z T'' */
+        const double t = tanh(log1p(exp(z))), dt = (1 - t * t) * s;
+        return 2 * dt + z * (-2 * t * dt * s + (1 - t * t) * ds);
+    }
+    default: return ds * (2 + z * (1 - 2 * s));
+    }
 }
 /* rb, rb', rb'' at d (threads over the R functions), and the cutoff c, c', c''. */
 __device__ void table_basis(const TnNet<double>& N, double d, double* rb, double* drb, double* ddrb, double* c) {
@@ -428,6 +472,11 @@ __device__ void table_basis(const TnNet<double>& N, double d, double* rb, double
     if (d < cu) phi = 0.5 * (cos(w * d) + 1), dphi = -0.5 * w * sin(w * d), ddphi = -0.5 * w * w * cos(w * d);
     const double t = exp(al * (cl - d)), dt = -al * t, ddt = al * al * t;
     for (int r = threadIdx.x; r < N.R; r += TN_THREADS) {
+        if (N.rbf == TN_RBF_GAUSS) { /* exp(−β (d − μ)²) */
+            const double beta = N.betas[r], x = d - N.means[r], e = exp(-beta * x * x);
+            rb[r] = e, drb[r] = -2 * beta * x * e, ddrb[r] = (4 * beta * beta * x * x - 2 * beta) * e;
+            continue;
+        }
         const double beta = N.betas[r], x = t - N.means[r];
         const double e = exp(-beta * x * x), de = -2 * beta * x * dt * e;
         const double dde = (-2 * beta * dt * dt - 2 * beta * x * ddt + 4 * beta * beta * x * x * dt * dt) * e;
@@ -455,11 +504,11 @@ __device__ void table_lin(const Lin<double>& L, const double* x, const double* d
         y[o] = v, dy[o] = dv, ddy[o] = ddv;
     }
 }
-/* SiLU of y along d, in place: a = σ(y), a' = σ'(y) y', a'' = σ''(y) y'² + σ'(y) y''. */
-__device__ void table_silu(int n, double* y, double* dy, double* ddy) {
+/* The activation of y along d, in place: a = g(y), a' = g'(y) y', a'' = g''(y) y'² + g'(y) y''. */
+__device__ void table_act(int kind, int n, double* y, double* dy, double* ddy) {
     for (int k = threadIdx.x; k < n; k += TN_THREADS) {
-        const double z = y[k], g1 = silu_d(z), g2 = silu_dd(z);
-        ddy[k] = g2 * dy[k] * dy[k] + g1 * ddy[k], dy[k] = g1 * dy[k], y[k] = silu(z);
+        const double z = y[k], g1 = act_d(kind, z), g2 = act_dd(kind, z);
+        ddy[k] = g2 * dy[k] * dy[k] + g1 * ddy[k], dy[k] = g1 * dy[k], y[k] = act(kind, z);
     }
 }
 /* Row g of a table from the 3F factors v·c at d_g (pass 0: the values and slopes, the values also
@@ -489,15 +538,15 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_table_layer(const TnNet<doubl
         __syncthreads();
         table_lin(Ly.lls[0], x, dx, ddx, y1, dy1, ddy1);
         __syncthreads();
-        table_silu(F, y1, dy1, ddy1);
+        table_act(N.act, F, y1, dy1, ddy1);
         __syncthreads();
         table_lin(Ly.lls[1], y1, dy1, ddy1, y2, dy2, ddy2);
         __syncthreads();
-        table_silu(2 * F, y2, dy2, ddy2);
+        table_act(N.act, 2 * F, y2, dy2, ddy2);
         __syncthreads();
         table_lin(Ly.lls[2], y2, dy2, ddy2, y3, dy3, ddy3);
         __syncthreads();
-        table_silu(3 * F, y3, dy3, ddy3);
+        table_act(N.act, 3 * F, y3, dy3, ddy3);
         __syncthreads();
         table_row(pass, 3 * F, y3, dy3, c, fg, T + (size_t)g * 9 * F);
         __syncthreads();
@@ -798,6 +847,7 @@ template <typename real> struct RowsIO {
     real *out, *out2; /* rows of on, ld_out apart (out2: TN_EPI_SILU) */
     const real* aux;  /* rows of on, ld_aux apart (TN_EPI_DSILU) */
     int ld_in, ld_out, ld_aux;
+    int act; /* the activation of TN_EPI_SILU and TN_EPI_DSILU (TN_ACT_*) */
 };
 /* The epilogue of the row GEMMs: rows a0 .. a0 + R − 1 (those < n) at output o from the sums acc. */
 template <typename real, int EPI, int R>
@@ -809,10 +859,10 @@ __device__ __forceinline__ void rows_out(const RowsIO<real>& io, int n, int a0, 
         if (a >= n) continue;
         const real z = acc[r] + (io.bias ? io.bias[o] : real(0));
         if (EPI == TN_EPI_DSILU) {
-            io.out[(size_t)a * io.ld_out + o] = z * silu_d(io.aux[(size_t)a * io.ld_aux + o]);
+            io.out[(size_t)a * io.ld_out + o] = z * act_d(io.act, io.aux[(size_t)a * io.ld_aux + o]);
         } else {
             io.out[(size_t)a * io.ld_out + o] = z;
-            if (EPI == TN_EPI_SILU) io.out2[(size_t)a * io.ld_out + o] = silu(z);
+            if (EPI == TN_EPI_SILU) io.out2[(size_t)a * io.ld_out + o] = act(io.act, z);
         }
     }
 }
@@ -1252,7 +1302,7 @@ __global__ void k_tn_out_e(const TnNet<real> N, const TnBuf<real> b, const real*
     }
     if (g)
         for (int o = lane; o < ni; o += 32)
-            g[(size_t)i * ni + o] = (N.stdv * Lh.w[(size_t)(on - 1) * ni + o] + real(0)) * silu_d(aux[(size_t)i * ni + o]);
+            g[(size_t)i * ni + o] = (N.stdv * Lh.w[(size_t)(on - 1) * ni + o] + real(0)) * act_d(N.act, aux[(size_t)i * ni + o]);
 }
 
 /* The parts of dE/d(dX) of layer l for its second channel linear, into S3, given dE/dX^{l+1}
@@ -1495,7 +1545,7 @@ template <typename real> __device__ __forceinline__ void embed_back1(const TnNet
         gw[c] = nrm[p * F + f] * gx[c];
     }
     st(b.S3 + (size_t)i * F10, F, f, gw);
-    for (int p = 0; p < 3; p++) b.gn[(size_t)i * 3 * F + p * F + f] = g3[p] * silu_d(h2[p * F + f]);
+    for (int p = 0; p < 3; p++) b.gn[(size_t)i * 3 * F + p * F + f] = g3[p] * act_d(N.act, h2[p * F + f]);
 }
 
 /* After the first channel linear's backward (dE/dT's parts in S2), atom channel (j, f): dE/dX^l =
@@ -1903,7 +1953,7 @@ template <typename real> static nnp_status tn_upload_weights(const tn_model* tm,
         for (int k = s->first; k < s->last; k++) {
             const tn_member* m = &tm->members[k];
             TnNet<real>& N = nets[k - s->first];
-            N.F = m->F, N.R = m->R, N.L = m->L, N.H = m->n_head, N.group = m->group;
+            N.F = m->F, N.R = m->R, N.L = m->L, N.H = m->n_head, N.group = m->group, N.act = m->activation, N.rbf = m->rbf;
             N.cl = m->cl, N.cu = m->cu, N.alpha = m->alpha, N.stdv = (real)m->std;
             N.emb = arr(m->emb, (size_t)m->max_z * m->F);
             N.init_w = arr(m->init_w, (size_t)m->F), N.init_b = arr(m->init_b, (size_t)m->F);
@@ -2061,16 +2111,6 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     s->n = n, s->n_batches = nb, s->base.n_particles = n_particles;
     s->first = plan->member < 0 ? 0 : plan->member;
     s->last = plan->member < 0 ? tm->n_members : plan->member + 1;
-    for (int k = s->first; k < s->last; k++) {
-        const tn_member* m = &tm->members[k];
-        static const char* const act_names[] = {"?", "silu", "ssp", "tanh", "sigmoid", "swish", "mish"};
-        const int a = m->activation >= 1 && m->activation <= TN_ACT_MISH ? (int)m->activation : 0;
-        if ((m->activation != TN_ACT_SILU && m->activation != TN_ACT_SWISH) || m->rbf != TN_RBF_EXPNORM)
-            return nnp_fail(NNP_ERR_UNSUPPORTED, "the CUDA evaluation of TensorNet runs SiLU (or Swish) models with the "
-                            "expnorm radial basis only; '%s' uses activation %s and radial basis %s: evaluate it on "
-                            "OpenMM's Reference or CPU platform", plan->model->name, act_names[a],
-                            m->rbf == TN_RBF_GAUSS ? "gauss" : m->rbf == TN_RBF_EXPNORM ? "expnorm" : "?");
-    }
     for (int i = 0; i < n; i++)
         for (int k = s->first; k < s->last; k++)
             if (plan->atomic_numbers[i] >= tm->members[k].max_z)
@@ -2282,6 +2322,7 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 io.bias = backward ? NULL : Lw.b;
                 io.in = in, io.out = out, io.out2 = out2, io.aux = aux;
                 io.ld_in = io.kn, io.ld_out = io.on, io.ld_aux = io.on;
+                io.act = N.act;
                 const dim3 grid((n + 15) / 16, (io.on + 31) / 32);
                 if (epi == TN_EPI_SILU)
                     launch_k(pdl, k_tn_rows<real, TN_EPI_SILU, TN_ROWS_K>, grid, dim3(128), 0, stream, io, n);
