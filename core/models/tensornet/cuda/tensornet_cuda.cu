@@ -6,8 +6,8 @@
  *
  * One evaluation is a fixed sequence of kernels whose sizes all come from the state made at the
  * last evaluation outside stream capture:
- *   positions   each atom's position (OpenMM's reordered buffers through k_inverse_order), in the
- *               model's length unit; non-finite coordinates flagged
+ *   positions   each atom's position (from OpenMM's reordered buffers one thread per slot, the
+ *               particle's atom taking it), in the model's length unit; non-finite coordinates flagged
  *   neighbours  one warp per atom: the atoms of its batch within the cutoff, in index order
  *               (ballot compaction), minimum image; capacity and coincident atoms flagged
  *   per member: the embedding (k_tn_embed: edge sum, parts, norm MLP; the channel linear elt;
@@ -571,18 +571,31 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_table_embed(const TnNet<doubl
     }
 }
 
-__global__ void k_tn_positions(const void* __restrict__ positions, int format, const int* __restrict__ index_of,
-                               const int* __restrict__ particle, int n, double to_unit, nnp_double4* __restrict__ pos,
-                               int* __restrict__ force_index, int* __restrict__ flags, double* __restrict__ atom_e,
+/* Each atom's position in double (the caller's units × to_unit), its slot in the caller's buffers
+   and its sums cleared. Without sorted: thread i is atom i, at the slot of its particle. With
+   OpenMM's reordered buffers (sorted: the particle at each slot), thread t is slot t, and the atom
+   of its particle (atom_of, −1 for particles outside the plan) takes it: one pass, no inverse of
+   the order first. */
+__global__ void k_tn_positions(const void* __restrict__ positions, int format, const int* __restrict__ sorted,
+                               const int* __restrict__ atom_of, int slots, const int* __restrict__ particle, int n, double to_unit,
+                               nnp_double4* __restrict__ pos, int* __restrict__ force_index, int* __restrict__ flags, double* __restrict__ atom_e,
                                double* __restrict__ force) {
     pdl_start();
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = t, slot;
+    if (sorted != NULL) {
+        if (t >= slots) return;
+        i = atom_of[sorted[t]], slot = t;
+        if (i < 0) return;
+    } else {
+        if (t >= n) return;
+        slot = particle[t];
+    }
     atom_e[i] = 0; /* the members add to these (k_tn_out_e, k_tn_gather) */
     if (force) force[3 * (size_t)i] = force[3 * (size_t)i + 1] = force[3 * (size_t)i + 2] = 0;
     int at;
     bool finite;
-    pos[i] = load_position<double>(positions, format, index_of, particle[i], to_unit, &at, &finite);
+    pos[i] = load_position<double>(positions, format, NULL, slot, to_unit, &at, &finite);
     force_index[i] = at;
     if (!finite) atomicMin(&flags[TN_FLAG_NONFINITE], i);
 }
@@ -1842,7 +1855,7 @@ typedef struct tn_cuda_state {
     void* nets;                                 /* host: TnNet<real> per member */
     void* layers;                               /* host: TnLayer<real> per member and layer */
     double* atomref;                            /* device, double: every member's means, betas and atomref */
-    int *z, *batch, *order, *batch_start, *particle, *index_of, *force_index, *nbr_n, *nbr_j, *flags;
+    int *z, *batch, *order, *batch_start, *particle, *atom_of, *force_index, *nbr_n, *nbr_j, *flags;
     void *pos, *nbr_r, *cq, *work;              /* work: the per-atom and per-edge buffers */
     size_t work_bytes, edge_bytes;              /* edge_bytes: the part (gd, gu) at its end */
     void* gd;                                   /* start of gd, gu in work */
@@ -1872,7 +1885,7 @@ static void tn_state_free(tn_cuda_state* s) {
     if (s == NULL) return;
     CUcontext pushed = NULL;
     if (s->context != NULL && nnp_cuda_driver.loaded) nnp_cuda_driver.ctxPushCurrent(s->context), pushed = s->context;
-    void* dev[] = {s->weights, s->tables, s->ztab, s->atomref, s->z, s->batch, s->order, s->batch_start, s->particle, s->index_of, s->force_index,
+    void* dev[] = {s->weights, s->tables, s->ztab, s->atomref, s->z, s->batch, s->order, s->batch_start, s->particle, s->atom_of, s->force_index,
                    s->nbr_n, s->nbr_j, s->flags, s->pos, s->nbr_r, s->cq, s->work, s->atom_e, s->force, s->base.batch_energy,
                    s->split, s->split_count};
     for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
@@ -2158,7 +2171,7 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     TN_ALLOC(s->batch_start, (size_t)(nb + 1) * sizeof(int));
     TN_ALLOC(s->particle, N * sizeof(int));
     TN_ALLOC(s->force_index, N * sizeof(int));
-    TN_ALLOC(s->index_of, (size_t)(n_particles > 0 ? n_particles : 1) * sizeof(int));
+    TN_ALLOC(s->atom_of, (size_t)(n_particles > 0 ? n_particles : 1) * sizeof(int));
     TN_ALLOC(s->nbr_n, N * sizeof(int));
     TN_ALLOC(s->nbr_j, N * (size_t)s->cap * sizeof(int));
     TN_ALLOC(s->flags, sizeof(TN_FLAG_CLEAR));
@@ -2206,20 +2219,26 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     TN_UPLOAD(s->batch, plan->batches, N * sizeof(int));
     TN_UPLOAD(s->order, plan->order, N * sizeof(int));
     TN_UPLOAD(s->batch_start, plan->batch_start, (size_t)(nb + 1) * sizeof(int));
+    const size_t P = (size_t)(n_particles > 0 ? n_particles : 1);
     int* particle = (int*)malloc(N * sizeof(int) + 1);
+    int* atom_of = (int*)malloc(P * sizeof(int));
     real* cq = (real*)malloc(N * sizeof(real) + 1);
-    if (particle == NULL || cq == NULL) {
-        free(particle), free(cq);
+    if (particle == NULL || atom_of == NULL || cq == NULL) {
+        free(particle), free(atom_of), free(cq);
         return nnp_fail(NNP_ERR_MEMORY, "out of memory");
     }
+    for (size_t p = 0; p < P; p++) atom_of[p] = -1;
     for (int i = 0; i < n; i++) {
         particle[i] = plan->particles ? plan->particles[i] : i;
+        if (particle[i] >= 0 && particle[i] < n_particles) atom_of[particle[i]] = i;
         cq[i] = (real)(1 + 0.1 * plan->batch_charges[plan->batches[i]]);
     }
     cudaError_t e1 = cudaMemcpy(s->particle, particle, N * sizeof(int), cudaMemcpyHostToDevice);
     cudaError_t e2 = cudaMemcpy(s->cq, cq, N * sizeof(real), cudaMemcpyHostToDevice);
-    free(particle), free(cq);
-    if (e1 != cudaSuccess || e2 != cudaSuccess) return nnp_fail(NNP_ERR_CUDA, "uploading the atoms: %s", cudaGetErrorString(cudaGetLastError()));
+    cudaError_t e3 = cudaMemcpy(s->atom_of, atom_of, P * sizeof(int), cudaMemcpyHostToDevice);
+    free(particle), free(atom_of), free(cq);
+    if (e1 != cudaSuccess || e2 != cudaSuccess || e3 != cudaSuccess)
+        return nnp_fail(NNP_ERR_CUDA, "uploading the atoms: %s", cudaGetErrorString(cudaGetLastError()));
     s->mean_sum = 0;
     for (int k = s->first; k < s->last; k++) s->mean_sum += tm->members[k].mean / (s->last - s->first);
     return NNP_OK;
@@ -2282,15 +2301,9 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
     const int forces = io->forces_format != NNP_FORCES_NONE;
     const bool pdl = TN_PDL; /* every kernel but the first a programmatic dependent launch (pdl_wait) */
     if (n > 0) {
-        const int* index_of = NULL;
-        if (io->sorted_particles != NULL) {
-            launch_k(false, k_inverse_order, dim3((io->n_particles + 127) / 128), dim3(128), 0, stream, io->sorted_particles,
-                     io->n_particles, s->index_of);
-            index_of = s->index_of;
-        }
-        launch_k(pdl && io->sorted_particles != NULL, k_tn_positions, dim3((n + 127) / 128), dim3(128), 0, stream, io->positions,
-                 (int)io->positions_format, index_of, s->particle, n, to_model, (nnp_double4*)s->pos, s->force_index, s->flags, s->atom_e,
-                 forces ? s->force : (double*)NULL);
+        const int slots = io->sorted_particles != NULL ? io->n_particles : n;
+        launch_k(false, k_tn_positions, dim3((slots + 127) / 128), dim3(128), 0, stream, io->positions, (int)io->positions_format,
+                 io->sorted_particles, s->atom_of, io->n_particles, s->particle, n, to_model, (nnp_double4*)s->pos, s->force_index, s->flags, s->atom_e, forces ? s->force : (double*)NULL);
         const double rc = tm->cutoff;
         launch_k(pdl, k_tn_neighbors, dim3((n + TN_NBR_WARPS - 1) / TN_NBR_WARPS), dim3(32 * TN_NBR_WARPS), 0, stream,
                  (const nnp_double4*)s->pos, s->batch, s->order, s->batch_start, n, s->cap, rc * rc, box, s->nbr_n, s->nbr_j,
