@@ -21,6 +21,7 @@
  *               backward (elt's backward, k_tn_eb2: dE/dd, dE/du of every edge) and the forces
  *               (k_tn_gather: per atom, in double, no atomics; the last member's to the caller)
  *   finish      per-batch energies in a fixed order, the total, error flags to mapped host memory
+ *               (tn_finish: block 0 of the last k_tn_gather, or k_tn_finish without forces)
  * The channel linears (W_I, W_A, W_S on the irreducible parts) are GEMMs over all atoms (k_tn_chan*);
  * the per-atom kernels run one block of TN_THREADS threads per atom, threads over the F channels,
  * each thread summing its channels over the edges in registers; with the tables and few atoms (fewer
@@ -1770,73 +1771,89 @@ struct TnForcesOut {
     const int* force_index;
     long long stride;
 };
-template <typename real>
-__global__ void k_tn_gather(const TnBuf<real> b, double factor, double* __restrict__ force, const TnForcesOut fo) {
-    pdl_start();
-    const int i = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-    if (i >= b.n) return; /* whole warps */
-    const int ns = b.nbr_n[i];
-    double f[3] = {0, 0, 0}, fe[3];
-    for (int k = lane; k < ns; k += 32) {
-        edge_force(b, i, 1 + k, factor, fe);
-        for (int c = 0; c < 3; c++) f[c] += fe[c];
-        const int j = b.nbr_j[(size_t)i * b.cap + k];
-        const int* list = b.nbr_j + (size_t)j * b.cap;
-        int lo = 0, hi = b.nbr_n[j] - 1;
-        while (lo < hi) { /* the slot of i in j's list */
-            const int mid = (lo + hi) / 2;
-            if (list[mid] < i) lo = mid + 1;
-            else hi = mid;
-        }
-        if (hi >= 0 && list[lo] == i) {
-            edge_force(b, j, 1 + lo, factor, fe);
-            for (int c = 0; c < 3; c++) f[c] -= fe[c];
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1)
-        for (int c = 0; c < 3; c++) f[c] += __shfl_down_sync(0xffffffffu, f[c], o);
-    if (lane != 0) return;
-    for (int c = 0; c < 3; c++) f[c] += force[3 * (size_t)i + c];
-    if (fo.out == NULL)
-        for (int c = 0; c < 3; c++) force[3 * (size_t)i + c] = f[c];
-    else if (!fo.fixed)
-        for (int c = 0; c < 3; c++) ((double*)fo.out)[3 * (size_t)i + c] = f[c];
-    else
-        for (int c = 0; c < 3; c++) add_fixed((unsigned long long*)fo.out + (size_t)fo.force_index[i] + c * fo.stride, f[c]);
-}
-
-
-/* Per-batch energies in atom order, the total, the error flags (only raised ones reach the host). */
-__global__ void __launch_bounds__(256) k_tn_finish(const double* __restrict__ atom_e, const int* __restrict__ order,
-                                                   const int* __restrict__ batch_start, int n_batches, double mean, double unit,
-                                                   double* __restrict__ batch_e, void* energy, int energy_is_double,
-                                                   int* __restrict__ flags, int* __restrict__ host_flags) {
-    pdl_start();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int bt = warp; bt < n_batches; bt += 8) {
-        const int q0 = batch_start[bt], q1 = batch_start[bt + 1];
+/* What the end of an evaluation needs (tn_finish). */
+struct TnFinish {
+    const double* atom_e;
+    const int *order, *batch_start;
+    int n_batches, energy_is_double;
+    double mean, unit;
+    double* batch_e;
+    void* energy;
+    int *flags, *host_flags;
+};
+/* Per-batch energies in atom order, the total, the error flags (only raised ones reach the host);
+   one whole block, after every member's atom energies and every flag (it reads nothing else). */
+__device__ void tn_finish(const TnFinish& e) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (int bt = warp; bt < e.n_batches; bt += warps) {
+        const int q0 = e.batch_start[bt], q1 = e.batch_start[bt + 1];
         double s = 0;
-        for (int q = q0 + lane; q < q1; q += 32) s += atom_e[order[q]];
+        for (int q = q0 + lane; q < q1; q += 32) s += e.atom_e[e.order[q]];
         for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
-        if (lane == 0) batch_e[bt] = (q1 > q0 ? s + mean : 0.0) * unit;
+        if (lane == 0) e.batch_e[bt] = (q1 > q0 ? s + e.mean : 0.0) * e.unit;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
         double total = 0;
-        bool finite = true;
-        for (int bt = 0; bt < n_batches; bt++) total += batch_e[bt];
-        finite = isfinite(total);
-        if (!finite) flags[TN_FLAG_ENERGY] = 1;
-        if (energy != NULL && finite) {
-            if (energy_is_double) *(double*)energy += total;
-            else *(float*)energy += (float)total;
+        for (int bt = 0; bt < e.n_batches; bt++) total += e.batch_e[bt];
+        const bool finite = isfinite(total);
+        if (!finite) e.flags[TN_FLAG_ENERGY] = 1;
+        if (e.energy != NULL && finite) {
+            if (e.energy_is_double) *(double*)e.energy += total;
+            else *(float*)e.energy += (float)total;
         }
         for (int k = 0; k < TN_FLAGS; k++)
-            if (flags[k] != (k == TN_FLAG_NONFINITE ? 0x7fffffff : 0)) {
-                host_flags[k] = flags[k];
-                flags[k] = k == TN_FLAG_NONFINITE ? 0x7fffffff : 0;
+            if (e.flags[k] != (k == TN_FLAG_NONFINITE ? 0x7fffffff : 0)) {
+                e.host_flags[k] = e.flags[k];
+                e.flags[k] = k == TN_FLAG_NONFINITE ? 0x7fffffff : 0;
             }
     }
+}
+/* Per atom (a warp): its edges' forces and its partners' edges' forces on it, in double; with fin
+   (the last member), block 0 then ends the evaluation (tn_finish), a launch fewer. */
+template <typename real>
+__global__ void k_tn_gather(const TnBuf<real> b, double factor, double* __restrict__ force, const TnForcesOut fo, const TnFinish fin,
+                            int with_finish) {
+    pdl_start();
+    const int i = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (i < b.n) { /* whole warps */
+        const int ns = b.nbr_n[i];
+        double f[3] = {0, 0, 0}, fe[3];
+        for (int k = lane; k < ns; k += 32) {
+            edge_force(b, i, 1 + k, factor, fe);
+            for (int c = 0; c < 3; c++) f[c] += fe[c];
+            const int j = b.nbr_j[(size_t)i * b.cap + k];
+            const int* list = b.nbr_j + (size_t)j * b.cap;
+            int lo = 0, hi = b.nbr_n[j] - 1;
+            while (lo < hi) { /* the slot of i in j's list */
+                const int mid = (lo + hi) / 2;
+                if (list[mid] < i) lo = mid + 1;
+                else hi = mid;
+            }
+            if (hi >= 0 && list[lo] == i) {
+                edge_force(b, j, 1 + lo, factor, fe);
+                for (int c = 0; c < 3; c++) f[c] -= fe[c];
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            for (int c = 0; c < 3; c++) f[c] += __shfl_down_sync(0xffffffffu, f[c], o);
+        if (lane == 0) {
+            for (int c = 0; c < 3; c++) f[c] += force[3 * (size_t)i + c];
+            if (fo.out == NULL)
+                for (int c = 0; c < 3; c++) force[3 * (size_t)i + c] = f[c];
+            else if (!fo.fixed)
+                for (int c = 0; c < 3; c++) ((double*)fo.out)[3 * (size_t)i + c] = f[c];
+            else
+                for (int c = 0; c < 3; c++) add_fixed((unsigned long long*)fo.out + (size_t)fo.force_index[i] + c * fo.stride, f[c]);
+        }
+    }
+    if (with_finish && blockIdx.x == 0) tn_finish(fin);
+}
+
+/* The end of an evaluation without forces (or atoms): tn_finish alone. */
+__global__ void __launch_bounds__(256) k_tn_finish(const TnFinish fin) {
+    pdl_start();
+    tn_finish(fin);
 }
 
 /* ------------------------------------------------------------------ host side */
@@ -2300,6 +2317,10 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
     const int n = s->n;
     const int forces = io->forces_format != NNP_FORCES_NONE;
     const bool pdl = TN_PDL; /* every kernel but the first a programmatic dependent launch (pdl_wait) */
+    TnFinish fin;
+    fin.atom_e = s->atom_e, fin.order = s->order, fin.batch_start = s->batch_start, fin.n_batches = s->n_batches;
+    fin.energy_is_double = io->energy_is_double, fin.mean = s->mean_sum, fin.unit = energy_unit, fin.batch_e = s->base.batch_energy;
+    fin.energy = io->energy, fin.flags = s->flags, fin.host_flags = s->host_flags_dev;
     if (n > 0) {
         const int slots = io->sorted_particles != NULL ? io->n_particles : n;
         launch_k(false, k_tn_positions, dim3((slots + 127) / 128), dim3(128), 0, stream, io->positions, (int)io->positions_format,
@@ -2403,13 +2424,13 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             chan(N.elt, true, b.S3, b.S2);
             launch_k(pdl, k_tn_eb2<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, b);
             TnForcesOut fo = {NULL, io->forces_format == NNP_FORCES_FIXED_POINT, s->force_index, io->forces_stride};
-            if (k == s->last - s->first - 1) fo.out = io->forces; /* the last member: the sums to the caller */
+            const int last = k == s->last - s->first - 1;
+            if (last) fo.out = io->forces; /* the last member: the sums to the caller, and the end */
             launch_k(pdl, k_tn_gather<real>, dim3((unsigned)(((size_t)n * 32 + 127) / 128)), dim3(128), 0, stream, b, scale * force_factor,
-                     s->force, fo);
+                     s->force, fo, fin, last);
         }
     }
-    launch_k(pdl && n > 0, k_tn_finish, dim3(1), dim3(256), 0, stream, s->atom_e, s->order, s->batch_start, s->n_batches, s->mean_sum,
-             energy_unit, s->base.batch_energy, io->energy, io->energy_is_double, s->flags, s->host_flags_dev);
+    if (n == 0 || !forces) launch_k(pdl && n > 0, k_tn_finish, dim3(1), dim3(256), 0, stream, fin);
     CUDA_TRY(cudaGetLastError());
     return NNP_OK;
 }
