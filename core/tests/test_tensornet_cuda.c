@@ -16,8 +16,8 @@
 /* Agreement with the CPU's float64 evaluation: per-batch energy relative to the batch's energy
    (float64) or to the mean |batch energy| of the system (float32: the random test models' batch
    energies are small sums of terms of both signs, so their own relative error says little), and
-   relative RMS of the forces. Float32 is float32-class: the largest values measured on the H200
-   (2026-12-04) were 3.2e-6 (a batch, of the mean) and 1.6e-6 (forces). */
+   relative RMS of the forces. Float32 is float32-class: the largest values measured (H100,
+   2026-12-06) were 4.8e-6 (a batch of so3-gauss-trained, of the mean) and 1.6e-6 (forces). */
 #define SINGLE_ENERGY 1e-5
 #define SINGLE_FORCES 5e-6
 #define DOUBLE_ENERGY 1e-12
@@ -153,17 +153,22 @@ static void graph_replay(const char* model_name, nnp_model* model, const system_
         nnp_plan* cpu = make_plan(model, s, -1);
         CHECK_OK(nnp_plan_set_units(cpu, NNP_UNITS_NM_KJMOL));
         double *p = malloc(sizeof(double) * 3 * n), *f = malloc(sizeof(double) * 3 * n), *g = malloc(sizeof(double) * 3 * n), e;
+        double* be = malloc(sizeof(double) * (s->n_batches + 1));
         for (int slot = 0; slot < n; slot++)
             for (int c = 0; c < 3; c++) p[3 * order[slot] + c] = host_pos[slot * 4 + c];
-        CHECK_OK(nnp_evaluate_cpu(cpu, p, NULL, &e, NULL, f));
+        CHECK_OK(nnp_evaluate_cpu(cpu, p, NULL, &e, be, f));
+        /* the float32 criterion of compare() summed over the batches (each batch within SINGLE_ENERGY
+           of the mean |batch energy|), and the float the energy is returned in */
+        double tol = 1.2e-7 * fabs(e);
+        for (int b = 0; b < s->n_batches; b++) tol += SINGLE_ENERGY * fabs(be[b]);
         for (int slot = 0; slot < n; slot++)
             for (int c = 0; c < 3; c++) g[3 * order[slot] + c] = (double)eager_f[slot + c * stride] / 4294967296.0;
         const double frms = rms_relative(f, g, 3 * n);
         printf("%s, %s: OpenMM layout (float4 nm, permuted, fixed point): energy CPU %.8g GPU %.8g, forces rel RMS %.2e\n",
                model_name, s->name, e, eager_e[0], frms);
-        CHECK(fabs(eager_e[0] - e) <= 1e-6 * fabs(e) + 1e-3);
+        CHECK(fabs(eager_e[0] - e) <= tol);
         CHECK(frms <= SINGLE_FORCES);
-        free(p), free(f), free(g);
+        free(p), free(f), free(g), free(be);
         nnp_plan_free(cpu);
     }
     cudaGraphExec_t exec;
