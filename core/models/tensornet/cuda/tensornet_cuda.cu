@@ -181,16 +181,16 @@ template <typename real> struct TnBuf {
    compute them: SiLU and Swish z σ(z); the shifted softplus (z above 20, else log1p(exp(z))) less
    log 2 in float32; tanh; σ; Mish z tanh(log1p(exp(z))). "SiLU" in the comments below stands for the
    model's activation, whichever it is. */
-template <typename real> __device__ __forceinline__ real act(int kind, real z) {
+/* The other activations out of line: a SiLU model's kernels keep only the compare. */
+template <typename real> __device__ __noinline__ real act_other(int kind, real z) {
     switch (kind) {
     case TN_ACT_SSP: return (z > real(20) ? z : log1p(dexp(z))) - real(0.693147182464599609375);
     case TN_ACT_TANH: return tanh(z);
     case TN_ACT_SIGMOID: return real(1) / (real(1) + dexp(-z));
-    case TN_ACT_MISH: return z * tanh(log1p(dexp(z)));
-    default: return z / (real(1) + dexp(-z));
+    default: return z * tanh(log1p(dexp(z))); /* TN_ACT_MISH */
     }
 }
-template <typename real> __device__ __forceinline__ real act_d(int kind, real z) {
+template <typename real> __device__ __noinline__ real act_d_other(int kind, real z) {
     const real s = real(1) / (real(1) + dexp(-z));
     switch (kind) {
     case TN_ACT_SSP: return z > real(20) ? real(1) : s;
@@ -199,12 +199,20 @@ template <typename real> __device__ __forceinline__ real act_d(int kind, real z)
         return real(1) - t * t;
     }
     case TN_ACT_SIGMOID: return s * (real(1) - s);
-    case TN_ACT_MISH: {
+    default: { /* TN_ACT_MISH */
         const real t = tanh(log1p(dexp(z)));
         return t + z * s * (real(1) - t * t);
     }
-    default: return s * (real(1) + z * (real(1) - s));
     }
+}
+template <typename real> __device__ __forceinline__ real act(int kind, real z) {
+    if (kind != TN_ACT_SILU && kind != TN_ACT_SWISH) return act_other(kind, z);
+    return z / (real(1) + dexp(-z));
+}
+template <typename real> __device__ __forceinline__ real act_d(int kind, real z) {
+    if (kind != TN_ACT_SILU && kind != TN_ACT_SWISH) return act_d_other(kind, z);
+    const real s = real(1) / (real(1) + dexp(-z));
+    return s * (real(1) + z * (real(1) - s));
 }
 
 /* A sum over the block in a fixed order (every thread gets it). red: TN_THREADS / 32 reals. */
