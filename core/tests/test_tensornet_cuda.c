@@ -216,8 +216,9 @@ static void graph_replay(const char* model_name, nnp_model* model, const system_
     nnp_plan_free(plan);
 }
 
-/* A model the CUDA evaluation does not run (an activation or radial basis it lacks): the first
-   evaluation fails with NNP_ERR_UNSUPPORTED naming the platforms that run it; the CPU one works. */
+/* A model the CUDA evaluation does not run (given after --refused; none of today's test models):
+   the first evaluation fails with NNP_ERR_UNSUPPORTED naming the platforms that run it; the CPU one
+   works. */
 static void refuses(const char* path) {
     nnp_model* model = load_model_file_or_die(path);
     system_t s = make_system("one molecule", 1, 1, 0, 0);

@@ -180,8 +180,8 @@ template <typename real> struct TnBuf {
 /* The activation `kind` (TN_ACT_*) and its derivative, as the CPU evaluation (tensornet.c) and torch
    compute them: SiLU and Swish z σ(z); the shifted softplus (z above 20, else log1p(exp(z))) less
    log 2 in float32; tanh; σ; Mish z tanh(log1p(exp(z))). "SiLU" in the comments below stands for the
-   model's activation, whichever it is. */
-/* The other activations out of line: a SiLU model's kernels keep only the compare. */
+   model's activation, whichever it is. SiLU and Swish run inline; the others out of line, so a SiLU
+   model's kernels keep only the compare. */
 template <typename real> __device__ __noinline__ real act_other(int kind, real z) {
     switch (kind) {
     case TN_ACT_SSP: return (z > real(20) ? z : log1p(dexp(z))) - real(0.693147182464599609375);
@@ -2332,7 +2332,8 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
     if (n > 0) {
         const int slots = io->sorted_particles != NULL ? io->n_particles : n;
         launch_k(false, k_tn_positions, dim3((slots + 127) / 128), dim3(128), 0, stream, io->positions, (int)io->positions_format,
-                 io->sorted_particles, s->atom_of, io->n_particles, s->particle, n, to_model, (nnp_double4*)s->pos, s->force_index, s->flags, s->atom_e, forces ? s->force : (double*)NULL);
+                 io->sorted_particles, s->atom_of, slots, s->particle, n, to_model, (nnp_double4*)s->pos, s->force_index, s->flags,
+                 s->atom_e, forces ? s->force : (double*)NULL);
         const double rc = tm->cutoff;
         launch_k(pdl, k_tn_neighbors, dim3((n + TN_NBR_WARPS - 1) / TN_NBR_WARPS), dim3(32 * TN_NBR_WARPS), 0, stream,
                  (const nnp_double4*)s->pos, s->batch, s->order, s->batch_start, n, s->cap, rc * rc, box, s->nbr_n, s->nbr_j,
