@@ -48,7 +48,9 @@
 #define TN_TABLE_POINTS 2048       /* float32: grid points of the radial tables over [d0, cutoff_upper] (see RadialTable) */
 #define TN_GEMM_K 32               /* k_tn_chan: the reduction's chunk through shared memory (a multiple of 4) */
 #define TN_GEMM_WIDE_ATOMS 2048    /* k_tn_chan: from this many atoms, 8 atoms per block (2 per warp), else 4 */
+#define TN_CHAN_NARROW_ATOMS 64   /* k_tn_chan_tc: up to this many atoms, 8 outputs per block (more, shorter blocks), else 32 */
 #define TN_CHAN_DEEP_ATOMS 1024    /* k_tn_chan_tc: up to this many atoms, k in chunks of 64 (half the dependent loads), else 32 */
+#define TN_ROWS_NARROW_ATOMS 64   /* k_tn_rows: up to this many atoms, 4 rows per block (more, shorter blocks), else 16 */
 #define TN_ROWS_K 64               /* k_tn_rows: k in chunks of this many (32 and 128 measured slower; float64 at 128 would exceed 48 KB of static shared memory) */
 #define TN_EDGE_UNROLL 4           /* the per-edge loops of the edge kernels: edges unrolled (loads in flight; 1 and 2 measured slower) */
 #define TN_EDGE_CHUNK 64           /* per-edge block sums gathered per chunk of this many edges */
@@ -751,8 +753,10 @@ __global__ void __launch_bounds__(128) k_tn_chan(const ChanW<real> W, int F, con
  * float32: the channel linears on the tensor cores, in three TF32 products per term (3xTF32: x =
  * x_hi + x_lo, both TF32; x·w ≈ x_lo·w_hi + x_hi·w_lo + x_hi·w_hi, float32-class accuracy). Each
  * part p is its own GEMM over its rows (atom a, component c of p: n, 3n, 6n rows) against M_p, as in
- * k_tn_chan; blockIdx.z is the part. A block computes 64 rows × 32 outputs, each warp 16 rows with
- * mma.m16n8k8 (4 tiles of 8 outputs); k runs in chunks of K (32, or 64 for few atoms, where each
+ * k_tn_chan; blockIdx.z is the part. A block computes 64 rows × 8J outputs, each warp 16 rows with
+ * mma.m16n8k8 (J tiles of 8 outputs: 4, or 1 for few atoms, TN_CHAN_NARROW_ATOMS, where a block's
+ * chain of dependent instructions is its time and four times the blocks share it); k runs in chunks
+ * of K (32, or 64 for few atoms, where each
  * chunk's dependent loads are most of the time: TN_CHAN_DEEP_ATOMS) through shared memory (rows
  * padded against bank conflicts), the next chunk's loads in flight while one is multiplied. The
  * weights come split into their TF32 (high, low) pairs when the plan is made (tf32_pair), so the
@@ -770,13 +774,15 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-template <int K>
+template <int K, int J>
 __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out, int n) {
-    constexpr int AP = K + 4, BP = 32 + 4, NX = 64 * K / 128, NM = K * 32 / 128; /* BP: 8-byte reads of rows t .. t + 3 in distinct banks */
+    constexpr int OW = 8 * J; /* outputs per block */
+    constexpr int AP = K + 4, BP = OW + 4, NX = 64 * K / 128, NM = K * OW / 128; /* BP: 8-byte reads of rows t .. t + 3 in distinct banks */
+    static_assert(NM * 128 == K * OW, "the weights' chunk fills the block");
     __shared__ __align__(16) float as[64 * AP];
     __shared__ __align__(16) float2 bs[K * BP];
     const int p = blockIdx.z, nc = p == 0 ? 1 : (p == 1 ? 3 : 6), c0 = p == 0 ? 0 : (p == 1 ? 1 : 4);
-    const int rows = n * nc, r0 = blockIdx.x * 64, o0 = blockIdx.y * 32;
+    const int rows = n * nc, r0 = blockIdx.x * 64, o0 = blockIdx.y * OW;
     if (r0 >= rows) return; /* the grid covers the largest part */
     const float2* M = (const float2*)(p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2]));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -784,12 +790,12 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
     float xr[NX];
     float2 mr[NM];
     /* thread (warp, lane) loads rows warp + 4 (r % 16) at k0 + 32 (r / 16) + lane, and M's rows
-       k0 + warp + 4r at o0 + lane */
+       k0 + (128 r + threadIdx) / OW at o0 + (threadIdx % OW) (OW = 32: rows warp + 4r at o0 + lane) */
     auto fetch_m = [&](int k0) {
-        const int o = o0 + lane;
+        const int o = o0 + threadIdx.x % OW;
 #pragma unroll
         for (int r = 0; r < NM; r++) {
-            const int kk = k0 + warp + 4 * r;
+            const int kk = k0 + (128 * r + threadIdx.x) / OW;
             mr[r] = make_float2(0.0f, 0.0f);
             if (kk < F && o < F) mr[r] = M[(size_t)kk * F + o];
         }
@@ -805,9 +811,9 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
     fetch_m(0);
     pdl_start();
     fetch_x(0);
-    float acc[4][4];
+    float acc[J][4];
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < J; j++)
 #pragma unroll
         for (int q = 0; q < 4; q++) acc[j][q] = 0;
     for (int k0 = 0; k0 < F; k0 += K) {
@@ -815,7 +821,10 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
 #pragma unroll
         for (int r = 0; r < NX; r++) as[(warp + 4 * (r % 16)) * AP + 32 * (r / 16) + lane] = xr[r];
 #pragma unroll
-        for (int r = 0; r < NM; r++) bs[(warp + 4 * r) * BP + lane] = mr[r];
+        for (int r = 0; r < NM; r++) {
+            const int q = 128 * r + threadIdx.x;
+            bs[(q / OW) * BP + q % OW] = mr[r];
+        }
         __syncthreads();
         if (k0 + K < F) fetch_m(k0 + K), fetch_x(k0 + K);
 #pragma unroll
@@ -826,7 +835,7 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
 #pragma unroll
             for (int q = 0; q < 4; q++) ahi[q] = tf32_hi(x[q]), alo[q] = tf32_hi(x[q] - __uint_as_float(ahi[q]));
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j < J; j++) {
                 const float2 w0 = bs[(ks + t) * BP + 8 * j + g], w1 = bs[(ks + t + 4) * BP + 8 * j + g];
                 const unsigned h0 = __float_as_uint(w0.x), h1 = __float_as_uint(w1.x);
                 const unsigned l0 = __float_as_uint(w0.y), l1 = __float_as_uint(w1.y);
@@ -842,7 +851,7 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
         if (row >= rows) continue;
         float* o_row = out + (size_t)(row / nc) * F10 + (size_t)(c0 + row % nc) * F;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < J; j++) {
             const int o = o0 + 8 * j + 2 * t;
             if (o < F) o_row[o] = acc[j][2 * h];
             if (o + 1 < F) o_row[o + 1] = acc[j][2 * h + 1];
@@ -855,9 +864,10 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
  * where M (kn × on, row-major) is a weight's transpose (forward: z = W x + b) or the weight itself
  * (backward: z = Wᵀ g), then by EPI: out = z; out = z and out2 = SiLU(z) (a layer and its
  * activation, the pre-activation kept); out = z · SiLU'(aux) (back through the previous layer's
- * activation). A block computes 16 rows × 32 outputs: each warp 4 rows, each lane one output; k runs
- * in chunks of K (TN_ROWS_K: fewer, longer chunks wait on fewer dependent loads) through shared
- * memory, the next chunk's loads in flight while one is multiplied.
+ * activation). A block computes 4·RW rows × 32 outputs: each warp RW rows (4, or 1 for few atoms,
+ * TN_ROWS_NARROW_ATOMS: more, shorter blocks), each lane one output; k runs in chunks of K
+ * (TN_ROWS_K: fewer, longer chunks wait on fewer dependent loads) through shared memory, the next
+ * chunk's loads in flight while one is multiplied.
  * Every output is one sum in k order, so the same inputs give the same bits.
  */
 enum { TN_EPI_NONE = 0, TN_EPI_SILU = 1, TN_EPI_DSILU = 2 };
@@ -888,19 +898,20 @@ __device__ __forceinline__ void rows_out(const RowsIO<real>& io, int n, int a0, 
         }
     }
 }
-template <typename real, int EPI, int K> __global__ void __launch_bounds__(128) k_tn_rows(const RowsIO<real> io, int n) {
+template <typename real, int EPI, int K, int RW> __global__ void __launch_bounds__(128) k_tn_rows(const RowsIO<real> io, int n) {
     typedef typename real4_of<real>::type real4;
-    constexpr int RW = 4, NX = 16 * K / 128, NM = K * 32 / 128;
-    __shared__ __align__(16) real xs[16 * K];
+    constexpr int BR = 4 * RW, NX = BR * K / 128, NM = K * 32 / 128; /* BR: rows per block */
+    static_assert(NX * 128 == BR * K, "the inputs' chunk fills the block");
+    __shared__ __align__(16) real xs[BR * K];
     __shared__ __align__(16) real ms[K * 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r0 = blockIdx.x * 16, o0 = blockIdx.y * 32, o = o0 + lane;
+    const int r0 = blockIdx.x * BR, o0 = blockIdx.y * 32, o = o0 + lane;
     real acc[RW];
 #pragma unroll
     for (int r = 0; r < RW; r++) acc[r] = 0;
     real xr[NX], mr[NM];
-    /* thread (warp, lane) loads rows warp + 4 (r % 4) of the inputs at k0 + 32 (r / 4) + lane, and
-       rows k0 + warp + 4r of M at output o */
+    /* thread q = threadIdx loads input row (128 r + q) / K at k0 + (128 r + q) % K, and rows
+       k0 + warp + 4r of M at output o */
     auto fetch_m = [&](int k0) {
 #pragma unroll
         for (int r = 0; r < NM; r++) {
@@ -911,7 +922,7 @@ template <typename real, int EPI, int K> __global__ void __launch_bounds__(128) 
     auto fetch_x = [&](int k0) {
 #pragma unroll
         for (int r = 0; r < NX; r++) {
-            const int a = r0 + warp + 4 * (r % 4), k = k0 + 32 * (r / 4) + lane;
+            const int q = 128 * r + threadIdx.x, a = r0 + q / K, k = k0 + q % K;
             xr[r] = a < n && k < io.kn ? io.in[(size_t)a * io.ld_in + k] : real(0);
         }
     };
@@ -922,7 +933,7 @@ template <typename real, int EPI, int K> __global__ void __launch_bounds__(128) 
     for (int k0 = 0; k0 < io.kn; k0 += K) {
         __syncthreads(); /* the previous chunk has been read */
 #pragma unroll
-        for (int r = 0; r < NX; r++) xs[(warp + 4 * (r % 4)) * K + 32 * (r / 4) + lane] = xr[r];
+        for (int r = 0; r < NX; r++) xs[128 * r + threadIdx.x] = xr[r];
 #pragma unroll
         for (int r = 0; r < NM; r++) ms[threadIdx.x + 128 * r] = mr[r];
         __syncthreads();
@@ -2350,8 +2361,11 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 ChanW<real> M;
                 for (int q = 0; q < 3; q++) M.m[q] = sizeof(real) == sizeof(float) ? (backward ? W[q].w2 : W[q].wt2) : (backward ? W[q].w : W[q].wt);
                 if constexpr (sizeof(real) == sizeof(float))
-                    launch_k(pdl, n <= TN_CHAN_DEEP_ATOMS ? k_tn_chan_tc<64> : k_tn_chan_tc<32>, dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3),
-                             dim3(128), 0, stream, M, N.F, in, out, n);
+                    if (n <= TN_CHAN_NARROW_ATOMS)
+                        launch_k(pdl, k_tn_chan_tc<64, 1>, dim3((6 * n + 63) / 64, (N.F + 7) / 8, 3), dim3(128), 0, stream, M, N.F, in, out, n);
+                    else
+                        launch_k(pdl, n <= TN_CHAN_DEEP_ATOMS ? k_tn_chan_tc<64, 4> : k_tn_chan_tc<32, 4>,
+                                 dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3), dim3(128), 0, stream, M, N.F, in, out, n);
                 else if (n >= TN_GEMM_WIDE_ATOMS) /* float64 */
                     launch_k(pdl, k_tn_chan<real, 2>, dim3((n + 7) / 8, (N.F + 31) / 32), dim3(128), 0, stream, M, N.F, in, out, n);
                 else
@@ -2366,13 +2380,23 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 io.in = in, io.out = out, io.out2 = out2, io.aux = aux;
                 io.ld_in = io.kn, io.ld_out = io.on, io.ld_aux = io.on;
                 io.act = N.act;
-                const dim3 grid((n + 15) / 16, (io.on + 31) / 32);
-                if (epi == TN_EPI_SILU)
-                    launch_k(pdl, k_tn_rows<real, TN_EPI_SILU, TN_ROWS_K>, grid, dim3(128), 0, stream, io, n);
-                else if (epi == TN_EPI_DSILU)
-                    launch_k(pdl, k_tn_rows<real, TN_EPI_DSILU, TN_ROWS_K>, grid, dim3(128), 0, stream, io, n);
-                else
-                    launch_k(pdl, k_tn_rows<real, TN_EPI_NONE, TN_ROWS_K>, grid, dim3(128), 0, stream, io, n);
+                if (n <= TN_ROWS_NARROW_ATOMS) {
+                    const dim3 grid((n + 3) / 4, (io.on + 31) / 32);
+                    if (epi == TN_EPI_SILU)
+                        launch_k(pdl, k_tn_rows<real, TN_EPI_SILU, TN_ROWS_K, 1>, grid, dim3(128), 0, stream, io, n);
+                    else if (epi == TN_EPI_DSILU)
+                        launch_k(pdl, k_tn_rows<real, TN_EPI_DSILU, TN_ROWS_K, 1>, grid, dim3(128), 0, stream, io, n);
+                    else
+                        launch_k(pdl, k_tn_rows<real, TN_EPI_NONE, TN_ROWS_K, 1>, grid, dim3(128), 0, stream, io, n);
+                } else {
+                    const dim3 grid((n + 15) / 16, (io.on + 31) / 32);
+                    if (epi == TN_EPI_SILU)
+                        launch_k(pdl, k_tn_rows<real, TN_EPI_SILU, TN_ROWS_K, 4>, grid, dim3(128), 0, stream, io, n);
+                    else if (epi == TN_EPI_DSILU)
+                        launch_k(pdl, k_tn_rows<real, TN_EPI_DSILU, TN_ROWS_K, 4>, grid, dim3(128), 0, stream, io, n);
+                    else
+                        launch_k(pdl, k_tn_rows<real, TN_EPI_NONE, TN_ROWS_K, 4>, grid, dim3(128), 0, stream, io, n);
+                }
             };
             /* a channel linear and the per-channel step after it (TN_CH_*) */
             auto chan_step = [&](const Lin<real>* W, bool backward, int epi, const real* in, real* out, int l) {
