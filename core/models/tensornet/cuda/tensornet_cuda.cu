@@ -790,12 +790,14 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
     float xr[NX];
     float2 mr[NM];
     /* thread (warp, lane) loads rows warp + 4 (r % 16) at k0 + 32 (r / 16) + lane, and M's rows
-       k0 + (128 r + threadIdx) / OW at o0 + (threadIdx % OW) (OW = 32: rows warp + 4r at o0 + lane) */
+       k0 + 128 / OW · r + threadIdx / OW at o0 + threadIdx % OW (OW = 32: rows warp + 4r at o0 + lane) */
+    constexpr int MR = 128 / OW; /* M's rows per round */
+    const int mrow = threadIdx.x / OW, mcol = threadIdx.x % OW;
     auto fetch_m = [&](int k0) {
-        const int o = o0 + threadIdx.x % OW;
+        const int o = o0 + mcol;
 #pragma unroll
         for (int r = 0; r < NM; r++) {
-            const int kk = k0 + (128 * r + threadIdx.x) / OW;
+            const int kk = k0 + mrow + MR * r;
             mr[r] = make_float2(0.0f, 0.0f);
             if (kk < F && o < F) mr[r] = M[(size_t)kk * F + o];
         }
@@ -821,10 +823,7 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
 #pragma unroll
         for (int r = 0; r < NX; r++) as[(warp + 4 * (r % 16)) * AP + 32 * (r / 16) + lane] = xr[r];
 #pragma unroll
-        for (int r = 0; r < NM; r++) {
-            const int q = 128 * r + threadIdx.x;
-            bs[(q / OW) * BP + q % OW] = mr[r];
-        }
+        for (int r = 0; r < NM; r++) bs[(mrow + MR * r) * BP + mcol] = mr[r];
         __syncthreads();
         if (k0 + K < F) fetch_m(k0 + K), fetch_x(k0 + K);
 #pragma unroll
@@ -910,8 +909,8 @@ template <typename real, int EPI, int K, int RW> __global__ void __launch_bounds
 #pragma unroll
     for (int r = 0; r < RW; r++) acc[r] = 0;
     real xr[NX], mr[NM];
-    /* thread q = threadIdx loads input row (128 r + q) / K at k0 + (128 r + q) % K, and rows
-       k0 + warp + 4r of M at output o */
+    /* thread (warp, lane) loads rows warp + 4 (r % RW) of the inputs at k0 + 32 (r / RW) + lane, and
+       rows k0 + warp + 4r of M at output o */
     auto fetch_m = [&](int k0) {
 #pragma unroll
         for (int r = 0; r < NM; r++) {
@@ -922,7 +921,7 @@ template <typename real, int EPI, int K, int RW> __global__ void __launch_bounds
     auto fetch_x = [&](int k0) {
 #pragma unroll
         for (int r = 0; r < NX; r++) {
-            const int q = 128 * r + threadIdx.x, a = r0 + q / K, k = k0 + q % K;
+            const int a = r0 + warp + 4 * (r % RW), k = k0 + 32 * (r / RW) + lane;
             xr[r] = a < n && k < io.kn ? io.in[(size_t)a * io.ld_in + k] : real(0);
         }
     };
@@ -933,7 +932,7 @@ template <typename real, int EPI, int K, int RW> __global__ void __launch_bounds
     for (int k0 = 0; k0 < io.kn; k0 += K) {
         __syncthreads(); /* the previous chunk has been read */
 #pragma unroll
-        for (int r = 0; r < NX; r++) xs[128 * r + threadIdx.x] = xr[r];
+        for (int r = 0; r < NX; r++) xs[(warp + 4 * (r % RW)) * K + 32 * (r / RW) + lane] = xr[r];
 #pragma unroll
         for (int r = 0; r < NM; r++) ms[threadIdx.x + 128 * r] = mr[r];
         __syncthreads();
