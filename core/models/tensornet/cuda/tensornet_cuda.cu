@@ -790,27 +790,38 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
     float xr[NX];
     float2 mr[NM];
     /* thread (warp, lane) loads rows warp + 4 (r % 16) at k0 + 32 (r / 16) + lane, and M's rows
-       k0 + 128 / OW · r + threadIdx / OW at o0 + threadIdx % OW (OW = 32: rows warp + 4r at o0 + lane) */
+       k0 + 128 / OW · r + threadIdx / OW at o0 + threadIdx % OW (OW = 32: rows warp + 4r at o0 + lane);
+       each row's inputs found once per block (xrow: one division by the component count per row,
+       not one per load), the weights by a pointer stepped over M's rows */
     constexpr int MR = 128 / OW; /* M's rows per round */
     const int mrow = threadIdx.x / OW, mcol = threadIdx.x % OW;
+    __shared__ long long xrow[64]; /* where the block's rows' inputs start in in, −1 past the part's rows */
+    if (threadIdx.x < 64) {
+        const int row = r0 + threadIdx.x;
+        xrow[threadIdx.x] = row < rows ? (long long)((size_t)(row / nc) * F10 + (size_t)(c0 + row % nc) * F) : -1;
+    }
+    const size_t mstep = (size_t)MR * F;
     auto fetch_m = [&](int k0) {
         const int o = o0 + mcol;
+        const float2* mp = M + (size_t)(k0 + mrow) * F + o;
 #pragma unroll
-        for (int r = 0; r < NM; r++) {
+        for (int r = 0; r < NM; r++, mp += mstep) {
             const int kk = k0 + mrow + MR * r;
             mr[r] = make_float2(0.0f, 0.0f);
-            if (kk < F && o < F) mr[r] = M[(size_t)kk * F + o];
+            if (kk < F && o < F) mr[r] = *mp;
         }
     };
     auto fetch_x = [&](int k0) {
 #pragma unroll
         for (int r = 0; r < NX; r++) {
-            const int row = r0 + warp + 4 * (r % 16), a = row / nc, c = c0 + row % nc, k = k0 + 32 * (r / 16) + lane;
-            xr[r] = row < rows && k < F ? in[(size_t)a * F10 + (size_t)c * F + k] : 0.0f;
+            const long long x = xrow[warp + 4 * (r % 16)];
+            const int k = k0 + 32 * (r / 16) + lane;
+            xr[r] = x >= 0 && k < F ? in[x + k] : 0.0f;
         }
     };
     /* the first chunk of the weights (constant) while the predecessor drains, then the inputs */
     fetch_m(0);
+    __syncthreads(); /* xrow */
     pdl_start();
     fetch_x(0);
     float acc[J][4];
@@ -909,20 +920,28 @@ template <typename real, int EPI, int K, int RW> __global__ void __launch_bounds
 #pragma unroll
     for (int r = 0; r < RW; r++) acc[r] = 0;
     real xr[NX], mr[NM];
-    /* thread (warp, lane) loads rows warp + 4 (r % RW) of the inputs at k0 + 32 (r / RW) + lane, and
-       rows k0 + warp + 4r of M at output o */
-    auto fetch_m = [&](int k0) {
+    /* thread (warp, lane) loads rows warp + 4 (r % RW) of the inputs at k0 + 32 (r / RW) + lane (its
+       RW rows found once), and rows k0 + warp + 4r of M at output o (a pointer stepped over them) */
+    const real* xp[RW];
 #pragma unroll
-        for (int r = 0; r < NM; r++) {
+    for (int q = 0; q < RW; q++) {
+        const int a = r0 + warp + 4 * q;
+        xp[q] = a < n ? io.in + (size_t)a * io.ld_in : NULL;
+    }
+    const size_t mstep = (size_t)4 * io.on;
+    auto fetch_m = [&](int k0) {
+        const real* mp = io.M + (size_t)(k0 + warp) * io.on + o;
+#pragma unroll
+        for (int r = 0; r < NM; r++, mp += mstep) {
             const int kk = k0 + warp + 4 * r;
-            mr[r] = kk < io.kn && o < io.on ? io.M[(size_t)kk * io.on + o] : real(0);
+            mr[r] = kk < io.kn && o < io.on ? *mp : real(0);
         }
     };
     auto fetch_x = [&](int k0) {
 #pragma unroll
         for (int r = 0; r < NX; r++) {
-            const int a = r0 + warp + 4 * (r % RW), k = k0 + 32 * (r / RW) + lane;
-            xr[r] = a < n && k < io.kn ? io.in[(size_t)a * io.ld_in + k] : real(0);
+            const int k = k0 + 32 * (r / RW) + lane;
+            xr[r] = xp[r % RW] != NULL && k < io.kn ? xp[r % RW][k] : real(0);
         }
     };
     /* the first chunk of the weights (constant) while the predecessor drains, then the inputs */
