@@ -81,6 +81,7 @@ template <typename real> struct Lin {
 template <typename real> struct TnNet {
     int F, R, L, H, group, act, rbf; /* act: the activation (TN_ACT_*); rbf: the radial basis (TN_RBF_*) */
     double cl, cu, alpha; /* the radial basis and the cutoff are computed in double (rbf_sh) */
+    double th;            /* float32: the tables' step, (cu − max(cl, 0)) / (TN_TABLE_POINTS − 1), once per plan */
     real stdv;
     const double *means, *betas; /* R each */
     const real *emb, *init_w, *init_b, *out_w, *out_b;
@@ -121,7 +122,7 @@ struct RadialPoint {
 template <typename real> __device__ __forceinline__ RadialPoint radial_point(const TnNet<real>& N, double d) {
     RadialPoint p;
     const double d0 = N.cl > 0 ? N.cl : 0.0;
-    p.h = (N.cu - d0) / (TN_TABLE_POINTS - 1);
+    p.h = N.th;
     if (d < d0) {
         p.g = -1, p.s = 0;
         return p;
@@ -1026,7 +1027,7 @@ template <typename real> struct EdgeChunk {
     }
     __device__ RadialPoint point(const TnNet<real>& N, int e) const {
         RadialPoint p;
-        p.g = g[e], p.s = t[e], p.h = (N.cu - (N.cl > 0 ? N.cl : 0.0)) / (TN_TABLE_POINTS - 1);
+        p.g = g[e], p.s = t[e], p.h = N.th; /* not a division per edge and thread */
         return p;
     }
 };
@@ -2022,6 +2023,7 @@ template <typename real> static nnp_status tn_upload_weights(const tn_model* tm,
             TnNet<real>& N = nets[k - s->first];
             N.F = m->F, N.R = m->R, N.L = m->L, N.H = m->n_head, N.group = m->group, N.act = m->activation, N.rbf = m->rbf;
             N.cl = m->cl, N.cu = m->cu, N.alpha = m->alpha, N.stdv = (real)m->std;
+            N.th = (m->cu - (m->cl > 0 ? m->cl : 0.0)) / (TN_TABLE_POINTS - 1); /* IEEE division, as the GPU's: the same step */
             N.emb = arr(m->emb, (size_t)m->max_z * m->F);
             N.init_w = arr(m->init_w, (size_t)m->F), N.init_b = arr(m->init_b, (size_t)m->F);
             N.out_w = arr(m->out_w, (size_t)3 * m->F), N.out_b = arr(m->out_b, (size_t)3 * m->F);
