@@ -2349,6 +2349,17 @@ template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, c
     return b;
 }
 
+/* k_tn_rows with RW rows per warp and the epilogue epi (TN_EPI_*) over n rows */
+template <typename real, int RW> static void launch_rows(bool pdl, int epi, const RowsIO<real>& io, int n, cudaStream_t stream) {
+    const dim3 grid((n + 4 * RW - 1) / (4 * RW), (io.on + 31) / 32);
+    if (epi == TN_EPI_SILU)
+        launch_k(pdl, k_tn_rows<real, TN_EPI_SILU, TN_ROWS_K, RW>, grid, dim3(128), 0, stream, io, n);
+    else if (epi == TN_EPI_DSILU)
+        launch_k(pdl, k_tn_rows<real, TN_EPI_DSILU, TN_ROWS_K, RW>, grid, dim3(128), 0, stream, io, n);
+    else
+        launch_k(pdl, k_tn_rows<real, TN_EPI_NONE, TN_ROWS_K, RW>, grid, dim3(128), 0, stream, io, n);
+}
+
 template <typename real>
 static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io* io, cudaStream_t stream, const Box<double>& box,
                             double to_model, double energy_unit, double force_factor) {
@@ -2400,23 +2411,10 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 io.in = in, io.out = out, io.out2 = out2, io.aux = aux;
                 io.ld_in = io.kn, io.ld_out = io.on, io.ld_aux = io.on;
                 io.act = N.act;
-                if (n <= TN_ROWS_NARROW_ATOMS) {
-                    const dim3 grid((n + 3) / 4, (io.on + 31) / 32);
-                    if (epi == TN_EPI_SILU)
-                        launch_k(pdl, k_tn_rows<real, TN_EPI_SILU, TN_ROWS_K, 1>, grid, dim3(128), 0, stream, io, n);
-                    else if (epi == TN_EPI_DSILU)
-                        launch_k(pdl, k_tn_rows<real, TN_EPI_DSILU, TN_ROWS_K, 1>, grid, dim3(128), 0, stream, io, n);
-                    else
-                        launch_k(pdl, k_tn_rows<real, TN_EPI_NONE, TN_ROWS_K, 1>, grid, dim3(128), 0, stream, io, n);
-                } else {
-                    const dim3 grid((n + 15) / 16, (io.on + 31) / 32);
-                    if (epi == TN_EPI_SILU)
-                        launch_k(pdl, k_tn_rows<real, TN_EPI_SILU, TN_ROWS_K, 4>, grid, dim3(128), 0, stream, io, n);
-                    else if (epi == TN_EPI_DSILU)
-                        launch_k(pdl, k_tn_rows<real, TN_EPI_DSILU, TN_ROWS_K, 4>, grid, dim3(128), 0, stream, io, n);
-                    else
-                        launch_k(pdl, k_tn_rows<real, TN_EPI_NONE, TN_ROWS_K, 4>, grid, dim3(128), 0, stream, io, n);
-                }
+                if (n <= TN_ROWS_NARROW_ATOMS)
+                    launch_rows<real, 1>(pdl, epi, io, n, stream);
+                else
+                    launch_rows<real, 4>(pdl, epi, io, n, stream);
             };
             /* a channel linear and the per-channel step after it (TN_CH_*) */
             auto chan_step = [&](const Lin<real>* W, bool backward, int epi, const real* in, real* out, int l) {
