@@ -264,10 +264,15 @@ int main(int argc, char** argv) {
         /* more atoms (over 1,100) than the few-atom kernels take (TN_CHAN_DEEP_ATOMS) */
         system_t large = make_system("60 molecules, charged", 1, 60, 1, 0);
         CHECK(large.n > 1100);
+        /* few enough atoms for the narrow GEMM tiles (TN_CHAN_NARROW_ATOMS, TN_ROWS_NARROW_ATOMS: 64),
+           enough for several of their row blocks */
+        system_t few = make_system("3 molecules, charged", 1, 3, 1, 0);
+        CHECK(few.n > 40 && few.n <= 64);
         if (quick == NULL) {
             for (int p = 0; p < 2; p++) {
                 nnp_precision prec = p ? NNP_PRECISION_DOUBLE : NNP_PRECISION_SINGLE;
                 compare(name, model, one, -1, prec);
+                compare(name, model, &few, -1, prec);
                 compare(name, model, many, -1, prec);
                 compare(name, model, rare, -1, prec);
                 compare(name, model, box, -1, prec);
@@ -278,13 +283,14 @@ int main(int argc, char** argv) {
         } else { /* the few-atom kernels (one molecule, both precisions) and the many-atom ones */
             compare(name, model, one, -1, NNP_PRECISION_SINGLE);
             compare(name, model, one, -1, NNP_PRECISION_DOUBLE);
+            compare(name, model, &few, -1, NNP_PRECISION_SINGLE);
             compare(name, model, many, -1, NNP_PRECISION_SINGLE);
             compare(name, model, dense, -1, NNP_PRECISION_SINGLE);
             compare(name, model, &large, -1, NNP_PRECISION_SINGLE);
         }
         graph_replay(name, model, many);
         for (int k = 0; k < N_SYSTEMS; k++) free_system(&sys[k]);
-        free_system(&large);
+        free_system(&large), free_system(&few);
         nnp_model_free(model);
     }
     return test_finish("test_tensornet_cuda");
