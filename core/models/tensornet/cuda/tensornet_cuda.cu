@@ -2391,13 +2391,13 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             auto chan = [&](const Lin<real>* W, bool backward, const real* in, real* out) {
                 ChanW<real> M;
                 for (int q = 0; q < 3; q++) M.m[q] = sizeof(real) == sizeof(float) ? (backward ? W[q].w2 : W[q].wt2) : (backward ? W[q].w : W[q].wt);
-                if constexpr (sizeof(real) == sizeof(float))
+                if constexpr (sizeof(real) == sizeof(float)) {
                     if (n <= TN_CHAN_NARROW_ATOMS)
                         launch_k(pdl, k_tn_chan_tc<64, 1>, dim3((6 * n + 63) / 64, (N.F + 7) / 8, 3), dim3(128), 0, stream, M, N.F, in, out, n);
                     else
                         launch_k(pdl, n <= TN_CHAN_DEEP_ATOMS ? k_tn_chan_tc<64, 4> : k_tn_chan_tc<32, 4>,
                                  dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3), dim3(128), 0, stream, M, N.F, in, out, n);
-                else if (n >= TN_GEMM_WIDE_ATOMS) /* float64 */
+                } else if (n >= TN_GEMM_WIDE_ATOMS) /* float64 */
                     launch_k(pdl, k_tn_chan<real, 2>, dim3((n + 7) / 8, (N.F + 31) / 32), dim3(128), 0, stream, M, N.F, in, out, n);
                 else
                     launch_k(pdl, k_tn_chan<real, 1>, dim3((n + 3) / 4, (N.F + 31) / 32), dim3(128), 0, stream, M, N.F, in, out, n);
