@@ -1064,24 +1064,42 @@ __device__ int edge_chunk(const TnNet<real>& N, const TnBuf<real>& b, int i, int
 
 /* The per-channel sums of atom i over its edges when gridDim.y blocks share them (each every
    gridDim.y-th edge): every block calls this with its partial sums of kf reals in shared memory
-   (sm). Where the atom's blocks are one thread-block cluster (TN_CLUSTER_SUM), block 0 adds the
-   others' sums from their shared memory, in group order, into sm and returns true (the others
-   false, and return); else each writes them to b.split, and the last to finish adds all in group
-   order. The same order either way: the same bits. Every thread of the block calls it. */
+   (sm, group_reals(kf) reserved). Where the atom's blocks are one thread-block cluster
+   (TN_CLUSTER_SUM), blocks 1..G-1 store their sums into block 0's shared memory (slots: (G − 1) kf
+   reals after sm), arrive at the cluster barrier and leave (false); block 0 waits there once, adds the
+   slots in group order into sm and returns true. Else each writes them to b.split, and the last to
+   finish adds all in group order. The same order either way: the same bits. Every thread of the
+   block calls it, and, with clusters, group_begin() first, before anything that may wait long. */
+__device__ __forceinline__ bool group_cluster() { return gridDim.y > 1 && cluster_blocks() == gridDim.y; }
+/* The shared memory of group_sum's sm for kf reals: with clusters, the slots follow the sums. */
+__device__ __forceinline__ size_t group_reals(size_t kf) { return group_cluster() ? (kf + 1) / 2 * 2 * gridDim.y : kf; }
+/* The barrier's first phase: that every block of the cluster has started (and so has shared memory
+   to store into) before any stores into another's; it is passed by the time the sums are done. */
+__device__ __forceinline__ void group_begin() {
+    if (group_cluster()) cluster_arrive_relaxed();
+}
 template <typename real> __device__ bool group_sum(const TnBuf<real>& b, int i, real* sm, int kf) {
     if (gridDim.y == 1) return true;
     const int G = gridDim.y;
-    if (cluster_blocks() == (unsigned)G) {
-        cluster_barrier(); /* every block's sums are in its shared memory */
-        if (blockIdx.y == 0)
-            for (int q = threadIdx.x; q < kf; q += blockDim.x) {
-                real x = sm[q];
-                for (int g = 1; g < G; g++) x += cluster_load(sm + q, g);
-                sm[q] = x;
-            }
-        cluster_barrier(); /* no block leaves (and frees its shared memory) before block 0 has read it;
-                              block 0's sums visible to all its threads */
-        return blockIdx.y == 0;
+    if (group_cluster()) {
+        real* slots = sm + (kf + 1) / 2 * 2;
+        cluster_wait(); /* every block has started */
+        if (blockIdx.y != 0) {
+            __syncthreads(); /* sm complete */
+            real* mine = slots + (size_t)(blockIdx.y - 1) * kf;
+            for (int q = threadIdx.x; q < kf; q += blockDim.x) cluster_store(mine + q, 0, sm[q]);
+            cluster_arrive_release(); /* the stores visible to block 0 after its wait */
+            return false;
+        }
+        cluster_arrive_release();
+        cluster_wait(); /* every other block's sums are in the slots (also orders sm's writes before the reads below) */
+        for (int q = threadIdx.x; q < kf; q += blockDim.x) {
+            real x = sm[q];
+            for (int g = 1; g < G; g++) x += slots[(size_t)(g - 1) * kf + q];
+            sm[q] = x;
+        }
+        __syncthreads(); /* block 0's sums visible to all its threads */
+        return true;
     }
     __shared__ int last;
     __syncthreads(); /* sm complete */
@@ -1113,9 +1131,10 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
     real* red = A.take(TN_THREADS / 32);
-    real *Xe = A.take(9 * F), *rb = A.take(N.R), *sq = A.take(F);
+    real *Xe = A.take(group_reals(9 * F)), *rb = A.take(N.R), *sq = A.take(F);
     EdgeChunk<real> E;
     E.take(A);
+    group_begin();
     const int ns = 1 + b.nbr_n[i];
     const real* zpi = N.zp + (size_t)b.z[i] * F;
     if (N.emb_table) { /* each thread its channels, summed in registers; the table is 0 where C(d) is;
@@ -1215,10 +1234,11 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
     const size_t at = (size_t)l * b.n + i, F10 = (size_t)TN_NI * F;
-    real *Mi = A.take(F10), *rb = A.take(N.R), *h1 = A.take(F), *h2 = A.take(2 * F), *h3 = A.take(3 * F), *a = A.take(2 * F),
+    real *Mi = A.take(group_reals(F10)), *rb = A.take(N.R), *h1 = A.take(F), *h2 = A.take(2 * F), *h3 = A.take(3 * F), *a = A.take(2 * F),
          *fac = A.take(3 * F);
     EdgeChunk<real> E;
     E.take(A);
+    group_begin();
     const int ns = 1 + b.nbr_n[i], ne0 = Ly.table ? edge_chunk(N, b, i, 0, min(ns, TN_EDGE_CHUNK), E) : 0; /* before the wait */
     pdl_start();
     if (Ly.table) { /* each thread its channels, summed in registers; block blockIdx.y of gridDim.y
@@ -1532,9 +1552,10 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
     Arena<real> A = {(real*)tn_smem};
     const int j = blockIdx.x, F = N.F;
     const size_t F10 = (size_t)TN_NI * F;
-    real* gYt = A.take(F10);
+    real* gYt = A.take(group_reals(F10));
     EdgeChunk<real> E;
     E.take(A);
+    group_begin();
     const int ns = 1 + b.nbr_n[j], ne0 = Ly.table ? edge_chunk(N, b, j, 0, min(ns, TN_EDGE_CHUNK), E) : 0; /* before the wait */
     pdl_start();
     const size_t e0 = (size_t)j * (b.cap + 1);
@@ -2210,6 +2231,8 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     s->edge_groups = n > 0 ? (TN_BLOCKS_PER_SM * sms + n - 1) / n : 1;
     if (s->edge_groups > TN_EDGE_GROUPS) s->edge_groups = TN_EDGE_GROUPS;
     if (s->edge_groups < 1) s->edge_groups = 1;
+    if (s->clusters && s->edge_groups > 1 && sizeof(real) == sizeof(float)) /* group_sum's slots (tables: float32 only) */
+        s->smem += ((size_t)(s->edge_groups - 1) * TN_NI * F + 2) * sizeof(real);
     if (s->smem > (size_t)optin)
         return nnp_fail(NNP_ERR_UNSUPPORTED, "this TensorNet (F = %d) needs %zu bytes of shared memory per block in %s precision, "
                         "more than this GPU's %d: use a smaller model, single precision, or the CPU platform",
