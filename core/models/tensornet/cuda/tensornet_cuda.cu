@@ -776,14 +776,15 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 template <int K, int J>
-__global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out, int n) {
+__device__ __forceinline__ void chan_tc_block(const ChanW<float>& W, int F, const float* __restrict__ in, float* __restrict__ out, int n,
+                                              int bx, int by, int bz) {
     constexpr int OW = 8 * J; /* outputs per block */
     constexpr int AP = K + 4, BP = OW + 4, NX = 64 * K / 128, NM = K * OW / 128; /* BP: 8-byte reads of rows t .. t + 3 in distinct banks */
     static_assert(NM * 128 == K * OW, "the weights' chunk fills the block");
     __shared__ __align__(16) float as[64 * AP];
     __shared__ __align__(16) float2 bs[K * BP];
-    const int p = blockIdx.z, nc = p == 0 ? 1 : (p == 1 ? 3 : 6), c0 = p == 0 ? 0 : (p == 1 ? 1 : 4);
-    const int rows = n * nc, r0 = blockIdx.x * 64, o0 = blockIdx.y * OW;
+    const int p = bz, nc = p == 0 ? 1 : (p == 1 ? 3 : 6), c0 = p == 0 ? 0 : (p == 1 ? 1 : 4);
+    const int rows = n * nc, r0 = bx * 64, o0 = by * OW;
     if (r0 >= rows) return; /* the grid covers the largest part */
     const float2* M = (const float2*)(p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2]));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -869,6 +870,10 @@ __global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F,
         }
     }
 }
+template <int K, int J>
+__global__ void __launch_bounds__(128) k_tn_chan_tc(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out, int n) {
+    chan_tc_block<K, J>(W, F, in, out, n, blockIdx.x, blockIdx.y, blockIdx.z);
+}
 
 /*
  * Dense layers of all atoms as one GEMM: z[a][o] = Σ_k in[a][k] M[k][o] (+ bias[o]) for rows a < n,
@@ -909,14 +914,14 @@ __device__ __forceinline__ void rows_out(const RowsIO<real>& io, int n, int a0, 
         }
     }
 }
-template <typename real, int EPI, int K, int RW> __global__ void __launch_bounds__(128) k_tn_rows(const RowsIO<real> io, int n) {
+template <typename real, int EPI, int K, int RW> __device__ __forceinline__ void rows_block(const RowsIO<real>& io, int n, int bx, int by) {
     typedef typename real4_of<real>::type real4;
     constexpr int BR = 4 * RW, NX = BR * K / 128, NM = K * 32 / 128; /* BR: rows per block */
     static_assert(NX * 128 == BR * K, "the inputs' chunk fills the block");
     __shared__ __align__(16) real xs[BR * K];
     __shared__ __align__(16) real ms[K * 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r0 = blockIdx.x * BR, o0 = blockIdx.y * 32, o = o0 + lane;
+    const int r0 = bx * BR, o0 = by * 32, o = o0 + lane;
     real acc[RW];
 #pragma unroll
     for (int r = 0; r < RW; r++) acc[r] = 0;
@@ -975,6 +980,23 @@ template <typename real, int EPI, int K, int RW> __global__ void __launch_bounds
         }
     }
     rows_out<real, EPI, RW>(io, n, r0 + warp * RW, o, acc);
+}
+template <typename real, int EPI, int K, int RW> __global__ void __launch_bounds__(128) k_tn_rows(const RowsIO<real> io, int n) {
+    rows_block<real, EPI, K, RW>(io, n, blockIdx.x, blockIdx.y);
+}
+
+/* A channel linear and a row GEMM that do not depend on each other as one launch, one link fewer
+   in the chain of launches (float32): blocks [0, cgx · cgy · 3) are the channel linear's
+   (k_tn_chan_tc's grid cgx × cgy × 3), the rest the row GEMM's (k_tn_rows' grid rgx × ·). */
+static_assert(TN_CHAN_NARROW_ATOMS == TN_ROWS_NARROW_ATOMS, "k_tn_chan_rows pairs the narrow tiles of both");
+template <int EPI, int RW, int K, int J>
+__global__ void __launch_bounds__(128) k_tn_chan_rows(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out,
+                                                      int cgx, int cgy, const RowsIO<float> io, int n, int rgx) {
+    const int cb = cgx * cgy * 3, b = blockIdx.x;
+    if (b < cb)
+        chan_tc_block<K, J>(W, F, in, out, n, b % cgx, b / cgx % cgy, b / (cgx * cgy));
+    else
+        rows_block<float, EPI, TN_ROWS_K, RW>(io, n, (b - cb) % rgx, (b - cb) / rgx);
 }
 
 /* Z_ij = emb2(emb(z_i) ‖ emb(z_j)) split per element, once per plan (outside any evaluation):
@@ -2411,9 +2433,13 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             const TnLayer<real>* Ly = layers + (size_t)k * TN_MAX_LAYERS;
             const TnBuf<real> b = tn_buffers<real>(s, N);
             const unsigned ew = (unsigned)(((size_t)n * N.F + TN_EW_THREADS - 1) / TN_EW_THREADS);
-            auto chan = [&](const Lin<real>* W, bool backward, const real* in, real* out) {
+            auto chan_w = [&](const Lin<real>* W, bool backward) {
                 ChanW<real> M;
                 for (int q = 0; q < 3; q++) M.m[q] = sizeof(real) == sizeof(float) ? (backward ? W[q].w2 : W[q].wt2) : (backward ? W[q].w : W[q].wt);
+                return M;
+            };
+            auto chan = [&](const Lin<real>* W, bool backward, const real* in, real* out) {
+                const ChanW<real> M = chan_w(W, backward);
                 if constexpr (sizeof(real) == sizeof(float)) {
                     if (n <= TN_CHAN_NARROW_ATOMS)
                         launch_k(pdl, k_tn_chan_tc<64, 1>, dim3((6 * n + 63) / 64, (N.F + 7) / 8, 3), dim3(128), 0, stream, M, N.F, in, out, n);
@@ -2426,7 +2452,7 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                     launch_k(pdl, k_tn_chan<real, 1>, dim3((n + 3) / 4, (N.F + 31) / 32), dim3(128), 0, stream, M, N.F, in, out, n);
             };
             /* z = L x (+ b) per atom (forward) or Lᵀ g (backward), then EPI (k_tn_rows) */
-            auto rows = [&](const Lin<real>& Lw, bool backward, int epi, const real* in, real* out, real* out2, const real* aux) {
+            auto rows_io = [&](const Lin<real>& Lw, bool backward, const real* in, real* out, real* out2, const real* aux) {
                 RowsIO<real> io;
                 io.M = backward ? Lw.w : Lw.wt;
                 io.kn = backward ? Lw.n_out : Lw.n_in, io.on = backward ? Lw.n_in : Lw.n_out;
@@ -2434,17 +2460,42 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 io.in = in, io.out = out, io.out2 = out2, io.aux = aux;
                 io.ld_in = io.kn, io.ld_out = io.on, io.ld_aux = io.on;
                 io.act = N.act;
+                return io;
+            };
+            auto rows = [&](const Lin<real>& Lw, bool backward, int epi, const real* in, real* out, real* out2, const real* aux) {
+                const RowsIO<real> io = rows_io(Lw, backward, in, out, out2, aux);
                 if (n <= TN_ROWS_NARROW_ATOMS)
                     launch_rows<real, 1>(pdl, epi, io, n, stream);
                 else
                     launch_rows<real, 4>(pdl, epi, io, n, stream);
             };
+            /* a channel linear and an independent row GEMM (TN_EPI_SILU forward or TN_EPI_DSILU
+               backward): in float32 one launch (k_tn_chan_rows), the tiles of chan and rows */
+            auto chan_rows = [&](const Lin<real>* W, bool backward, const real* in, real* out, const Lin<real>& Lw, bool rbackward, int epi,
+                                 const real* rin, real* rout, real* rout2, const real* aux) {
+                if constexpr (sizeof(real) == sizeof(float)) {
+                    const ChanW<real> M = chan_w(W, backward);
+                    const RowsIO<real> io = rows_io(Lw, rbackward, rin, rout, rout2, aux);
+                    const bool narrow = n <= TN_CHAN_NARROW_ATOMS;
+                    const int cgx = (6 * n + 63) / 64, cgy = narrow ? (N.F + 7) / 8 : (N.F + 31) / 32;
+                    const int rgx = narrow ? (n + 3) / 4 : (n + 15) / 16, rgy = (io.on + 31) / 32;
+                    const dim3 grid((unsigned)(cgx * cgy * 3 + rgx * rgy));
+                    const bool deep = n <= TN_CHAN_DEEP_ATOMS;
+                    if (epi == TN_EPI_SILU)
+                        launch_k(pdl, narrow ? k_tn_chan_rows<TN_EPI_SILU, 1, 64, 1> : deep ? k_tn_chan_rows<TN_EPI_SILU, 4, 64, 4> : k_tn_chan_rows<TN_EPI_SILU, 4, 32, 4>,
+                                 grid, dim3(128), 0, stream, M, N.F, in, out, cgx, cgy, io, n, rgx);
+                    else
+                        launch_k(pdl, narrow ? k_tn_chan_rows<TN_EPI_DSILU, 1, 64, 1> : deep ? k_tn_chan_rows<TN_EPI_DSILU, 4, 64, 4> : k_tn_chan_rows<TN_EPI_DSILU, 4, 32, 4>,
+                                 grid, dim3(128), 0, stream, M, N.F, in, out, cgx, cgy, io, n, rgx);
+                } else {
+                    chan(W, backward, in, out);
+                    rows(Lw, rbackward, epi, rin, rout, rout2, aux);
+                }
+            };
             /* a channel linear and the per-channel step after it (TN_CH_*) */
             auto chan_step = [&](const Lin<real>* W, bool backward, int epi, const real* in, real* out, int l) {
                 chan(W, backward, in, out);
-                if (epi == TN_CH_X0)
-                    launch_k(pdl, k_tn_step<real, TN_CH_X0>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
-                else if (epi == TN_CH_UPDATE)
+                if (epi == TN_CH_UPDATE)
                     launch_k(pdl, k_tn_step<real, TN_CH_UPDATE>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, l);
                 else
                     launch_k(pdl, k_tn_step<real, TN_CH_BX>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, l);
@@ -2454,9 +2505,10 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             auto groups = [&](bool table) { return dim3(1, s->clusters && table ? eg : 1, 1); };
             launch_kc3(pdl, groups(N.emb_table != NULL), k_tn_embed<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N,
                        b);
-            rows(N.els[0], false, TN_EPI_SILU, b.ln, b.h1, b.a1, NULL);
+            /* the norm MLP's first layer beside the channel linear elt, then its second, then x0_step */
+            chan_rows(N.elt, false, b.S1, b.WT, N.els[0], false, TN_EPI_SILU, b.ln, b.h1, b.a1, NULL);
             rows(N.els[1], false, TN_EPI_SILU, b.a1, b.h2, b.nrm, NULL);
-            chan_step(N.elt, false, TN_CH_X0, b.S1, b.WT, 0);
+            launch_k(pdl, k_tn_step<real, TN_CH_X0>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
             for (int l = 0; l < N.L; l++) {
                 chan(Ly[l].llt, false, b.S3, b.Yirr + (size_t)l * n * TN_NI * N.F);
                 launch_kc3(pdl, groups(Ly[l].table != NULL), k_tn_layer_b<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem,
@@ -2492,10 +2544,10 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 chan_step(Ly[l].llt, true, TN_CH_BX, b.S1, b.S2, l);
             }
             if (N.L == 0) launch_k(pdl, k_tn_step<real, TN_CH_EB1>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
-            rows(N.els[1], true, TN_EPI_DSILU, b.gn, b.a1, NULL, b.h1); /* a1: dE/dh1 */
-            rows(N.els[0], true, TN_EPI_NONE, b.a1, b.ln, NULL, NULL);  /* ln: dE/dln */
+            /* the channel linear elt's backward (S3 to S2) beside the norm MLP's backward (gn to ln) */
+            chan_rows(N.elt, true, b.S3, b.S2, N.els[1], true, TN_EPI_DSILU, b.gn, b.a1, NULL, b.h1); /* a1: dE/dh1 */
+            rows(N.els[0], true, TN_EPI_NONE, b.a1, b.ln, NULL, NULL);                                /* ln: dE/dln */
             launch_k(pdl, k_tn_ln_back<real>, dim3((unsigned)(((size_t)n * 32 + 127) / 128)), dim3(128), 0, stream, N, b);
-            chan(N.elt, true, b.S3, b.S2);
             launch_k(pdl, k_tn_eb2<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, b);
             TnForcesOut fo = {NULL, io->forces_format == NNP_FORCES_FIXED_POINT, s->force_index, io->forces_stride};
             const int last = k == s->last - s->first - 1;
