@@ -12,13 +12,15 @@
  *               (ballot compaction), minimum image; capacity and coincident atoms flagged
  *   per member: the embedding (k_tn_embed: edge sum, parts, norm MLP; the channel linear elt;
  *               x0_step), each interaction layer (its first channel linear: Y; k_tn_layer_b:
- *               messages, the product; its second channel linear; update_step), the output
- *               (k_tn_out: energy per atom, and dE/dX; k_tn_out_b also the last layer's update
- *               backward), then with forces the layers backward (per layer the second linear's
- *               backward, k_tn_b1: dE/dM, dE/dY, each edge's dE/dd; k_tn_b2: dE/dY gathered over the
- *               edges, no atomics; the first linear's backward; bx_step: dE/dX of the layer's input,
- *               and for layer 0 the embedding backward's first step, embed_back1), the embedding
- *               backward (elt's backward, k_tn_eb2: dE/dd, dE/du of every edge) and the forces
+ *               messages, the product; its second channel linear; update_step, the last layer's
+ *               in k_tn_out_a), the output (k_tn_out: energy per atom, and dE/dX; k_tn_out_b also
+ *               the last layer's update backward), then with forces the layers backward (per layer
+ *               the second linear's backward, k_tn_b1: dE/dM, dE/dY, each edge's dE/dd; k_tn_b2:
+ *               dE/dY gathered over the edges, no atomics; the first linear's backward; bx_step:
+ *               dE/dX of the layer's input, and for layer 0 the embedding backward's first step,
+ *               embed_back1), the embedding backward (elt's backward and the norm MLP's, beside each
+ *               other: k_tn_chan_rows; k_tn_eb2: the LayerNorm's backward, dE/dd, dE/du of every
+ *               edge) and the forces
  *               (k_tn_gather: per atom, in double, no atomics; the last member's to the caller)
  *   finish      per-batch energies in a fixed order, the total, error flags to mapped host memory
  *               (tn_finish: block 0 of the last k_tn_gather, or k_tn_finish without forces)
@@ -166,7 +168,7 @@ template <typename real> struct TnBuf {
     const nnp_double4* nbr_r; /* (r_j − r_i, d), in double whatever real is (see rbf_sh) */
     const real* cq;     /* 1 + 0.1 q of each atom's batch */
     real *Xe, *X, *Yirr, *Mirr, *B, *dX, *gX, *gM, *gY, *fac, *gd, *gu;
-    real *WT, *nrm, *h1, *h2, *xhat, *rstd, *gtn; /* the embedding's, kept for its backward pass */
+    real *WT, *nrm, *h1, *h2, *xhat, *rstd; /* the embedding's, kept for its backward pass */
     real *ln, *a1, *gn; /* the norm MLP's input (backward: its gradient), first activation (g1), dE/dnrm's */
     real *oxhat, *oy, *oyl, *oh, *orstd; /* the output's LayerNorm, MLP input, linear, its SiLU, 1/σ */
     real *hpre, *hact, *gA, *gB; /* the head's pre-activations and activations (layer k at n · offset_k),
@@ -1343,9 +1345,10 @@ __device__ __forceinline__ void update_step(const TnNet<real>& N, const TnBuf<re
     }
 }
 
-/* The output, part 1, atom i (block): the parts T of X^L (into S1, for part 2), x = (3|I|², |A|²,
-   |S|²) per channel and its LayerNorm over the 3F values: xhat, rstd kept, y = xhat · w + b the
-   input of the output MLP (k_tn_rows: SiLU(linear), the head). */
+/* The output, part 1, atom i (block): with interaction layers first the last one's update_step
+   (its second channel linear's output D in S2) for the atom's channels, then the parts T of X^L
+   (into S1, for part 2), x = (3|I|², |A|², |S|²) per channel and its LayerNorm over the 3F values:
+   xhat, rstd kept, y = xhat · w + b the input of the output MLP (k_tn_rows: SiLU(linear), the head). */
 template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_out_a(const TnNet<real> N, const TnBuf<real> b) {
     pdl_start();
     extern __shared__ __align__(16) unsigned char tn_smem[];
@@ -1356,6 +1359,10 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_out_
     real part = 0;
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         real m[9], t[TN_NI];
+        if (N.L > 0) { /* X^L of channel f, written by this thread */
+            ld(b.S2 + (size_t)i * TN_NI * F, F, f, t);
+            update_step(N, b, N.L - 1, i, f, t);
+        }
         ld(X, F, f, m);
         decompose(m, t);
         st(b.S1 + (size_t)i * TN_NI * F, F, f, t);
@@ -1377,21 +1384,28 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_out_
     }
 }
 
-/* The atoms' energies from the head's last output (· std + atomref, × scale into atom_e), and with
-   forces the head's last layer backward: dE/d(its output) is std at the energy's column and 0 at the
-   others, so dE/d(its input) is std · that row of its weight, times SiLU' of the input's
-   pre-activation (aux, n_in per atom) into g (the row GEMM's sum and epilogue, in one step). One
-   warp per atom, lanes over the inputs. */
+/* The atoms' energies: the head's last layer at the energy's column (its last), a dot product of
+   its weights' row with the layer's input (in, n_in per atom; the lanes' sums added in a fixed tree
+   order), + bias, · std + atomref, × scale into atom_e; and with forces the head's last layer
+   backward: dE/d(its output) is std at the energy's column and 0 at the others, so dE/d(its
+   input) is std · that row of its weight, times SiLU' of the input's pre-activation (aux, n_in per
+   atom) into g (the row GEMM's sum and epilogue, in one step). One warp per atom, lanes over the
+   inputs. */
 template <typename real>
-__global__ void k_tn_out_e(const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ last, real* __restrict__ g,
+__global__ void k_tn_out_e(const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ in, real* __restrict__ g,
                            const real* __restrict__ aux, double scale) {
     pdl_start();
     const int i = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-    if (i >= b.n) return;
+    if (i >= b.n) return; /* whole warps */
     const Lin<real>& Lh = N.head[N.H - 1];
     const int on = Lh.n_out, ni = Lh.n_in;
+    const real *x = in + (size_t)i * ni, *w = Lh.w + (size_t)(on - 1) * ni;
+    real part = 0;
+    for (int k = lane; k < ni; k += 32) part += w[k] * x[k];
+    for (int o = 16; o > 0; o >>= 1) part += __shfl_down_sync(0xffffffffu, part, o);
     if (lane == 0) {
-        const double e = (double)last[(size_t)i * on + on - 1] * (double)N.stdv + (N.atomref ? N.atomref[b.z[i]] : 0.0);
+        const real last = part + (Lh.b ? Lh.b[on - 1] : real(0));
+        const double e = (double)last * (double)N.stdv + (N.atomref ? N.atomref[b.z[i]] : 0.0);
         b.atom_e[i] += scale * e;
     }
     if (g)
@@ -1690,26 +1704,6 @@ template <typename real, int STEP> __global__ void k_tn_step(const TnNet<real> N
     if (STEP == TN_CH_BX) bx_step(N, b, l, i, f, t);
 }
 
-/* The LayerNorm of |Xe|² backward, one warp per atom: from dE/dln (in ln) to dE/d|Xe|² (gtn). The
-   lanes' sums are added in a fixed tree order. */
-template <typename real> __global__ void k_tn_ln_back(const TnNet<real> N, const TnBuf<real> b) {
-    pdl_start();
-    const int i = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32, F = N.F;
-    if (i >= b.n) return; /* whole warps */
-    const real *gln = b.ln + (size_t)i * F, *xhat = b.xhat + (size_t)i * F;
-    real part = 0, part2 = 0;
-    for (int f = lane; f < F; f += 32) {
-        const real g = gln[f] * N.init_w[f];
-        part += g, part2 += g * xhat[f];
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        part += __shfl_down_sync(0xffffffffu, part, o);
-        part2 += __shfl_down_sync(0xffffffffu, part2, o);
-    }
-    const real m1 = __shfl_sync(0xffffffffu, part, 0) / real(F), m2 = __shfl_sync(0xffffffffu, part2, 0) / real(F), rstd = b.rstd[i];
-    for (int f = lane; f < F; f += 32) b.gtn[(size_t)i * F + f] = rstd * (gln[f] * N.init_w[f] - m1 - xhat[f] * m2);
-}
-
 /* Embedding backward part 2, atom i (block), after the channel linear elt's backward (dE/dT's parts
    in S2): dE/dXe, then dE/dd and dE/du of i's edges. */
 template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(const TnNet<real> N, const TnBuf<real> b) {
@@ -1724,12 +1718,20 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
     const int ns = 1 + b.nbr_n[i], ne0 = N.emb_table && ns > 1 ? edge_chunk(N, b, i, 1, min(ns, 1 + TN_EDGE_CHUNK), E) : 0; /* before the wait */
     pdl_start();
     const real* zpi = N.zp + (size_t)b.z[i] * F;
+    /* the LayerNorm of |Xe|² backward: from dE/dln (in ln) to dE/d|Xe|² (gtn) */
+    const real *gln = b.ln + (size_t)i * F, *xhat = b.xhat + (size_t)i * F;
+    real p1 = 0, p2 = 0;
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        const real g = gln[f] * N.init_w[f];
+        p1 += g, p2 += g * xhat[f];
+    }
+    const real m1 = block_sum(p1, red) / real(F), m2 = block_sum(p2, red) / real(F), rstd = b.rstd[i];
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         real g[TN_NI], gm[9], Xe[9];
         ld(b.S2 + (size_t)i * TN_NI * F, F, f, g);
         decompose_adj(g, gm);
         ld(b.Xe + (size_t)i * 9 * F, F, f, Xe);
-        const real gtn = b.gtn[(size_t)i * F + f];
+        const real gtn = rstd * (gln[f] * N.init_w[f] - m1 - xhat[f] * m2);
         for (int c = 0; c < 9; c++) gXe[c * F + f] = gm[c] + real(2) * Xe[c] * gtn;
     }
     const size_t e0 = (size_t)i * (b.cap + 1);
@@ -2283,7 +2285,7 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     TN_ALLOC(s->force, 3 * N * sizeof(double));
     TN_ALLOC(s->base.batch_energy, (size_t)(nb > 0 ? nb : 1) * sizeof(double));
     /* per-atom and per-edge buffers: Xe 9F; X (L+1)·9F; Yirr, Mirr L·10F; B, dX L·9F; gX 9F; gM, gY
-       10F; WT 10F, nrm 3F, h1 2F, h2 3F, xhat F, gtn F, S1, S2, S3 10F, ln F, a1 2F, gn 3F, rstd 1; fac E·3F;
+       10F; WT 10F, nrm 3F, h1 2F, h2 3F, xhat F, S1, S2, S3 10F, ln F, a1 2F, gn 3F, rstd 1; fac E·3F;
        gd E; gu 3E; the output's oxhat, oy 3F, oyl, oh F, orstd 1, the head's hpre, hact, gA, gB (head) */
     size_t head = 0;
     for (int k = s->first; k < s->last; k++) {
@@ -2296,7 +2298,7 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
         }
         if (2 * total + 2 * wide > head) head = 2 * total + 2 * wide;
     }
-    const size_t atom_reals = N * (Fz * (9 + (size_t)(L + 1) * 9 + (size_t)L * 38 + 9 + 20 + 10 + 3 + 2 + 3 + 1 + 1 + 30 + 6 + 8) + 2 + head) +
+    const size_t atom_reals = N * (Fz * (9 + (size_t)(L + 1) * 9 + (size_t)L * 38 + 9 + 20 + 10 + 3 + 2 + 3 + 1 + 30 + 6 + 8) + 2 + head) +
                               (s->tables ? 0 : E * 3 * Fz); /* fac: the tables replace it */
     s->edge_bytes = 4 * E * sizeof(real);
     s->work_bytes = atom_reals * sizeof(real) + s->edge_bytes;
@@ -2367,7 +2369,6 @@ template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, c
     b.h1 = p, p += n * 2 * F;
     b.h2 = p, p += n * 3 * F;
     b.xhat = p, p += n * F;
-    b.gtn = p, p += n * F;
     b.S1 = p, p += n * 10 * F;
     b.S2 = p, p += n * 10 * F;
     b.S3 = p, p += n * 10 * F;
@@ -2513,19 +2514,21 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 chan(Ly[l].llt, false, b.S3, b.Yirr + (size_t)l * n * TN_NI * N.F);
                 launch_kc3(pdl, groups(Ly[l].table != NULL), k_tn_layer_b<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem,
                            stream, N, Ly[l], b, l);
-                chan_step(Ly[l].llt + 3, false, TN_CH_UPDATE, b.S1, b.S2, l);
+                if (l + 1 < N.L)
+                    chan_step(Ly[l].llt + 3, false, TN_CH_UPDATE, b.S1, b.S2, l);
+                else
+                    chan(Ly[l].llt + 3, false, b.S1, b.S2); /* its update_step: k_tn_out_a */
             }
             /* the output: LayerNorm, SiLU(linear), the head (SiLU between its layers), the energies */
             launch_k(pdl, k_tn_out_a<real>, dim3(n), dim3(TN_THREADS), s->smem, stream, N, b);
             rows(N.linear, false, TN_EPI_SILU, b.oy, b.oyl, b.oh, NULL);
             size_t off[TN_MAX_HEAD];
             for (int h = 0, o = 0; h < N.H; o += N.head[h].n_out, h++) off[h] = (size_t)o * n;
-            for (int h = 0; h < N.H; h++)
-                rows(N.head[h], false, h < N.H - 1 ? TN_EPI_SILU : TN_EPI_NONE, h == 0 ? b.oh : b.hact + off[h - 1], b.hpre + off[h],
-                     b.hact + off[h], NULL);
-            /* with forces, also the head's last layer backward into gA */
+            for (int h = 0; h + 1 < N.H; h++)
+                rows(N.head[h], false, TN_EPI_SILU, h == 0 ? b.oh : b.hact + off[h - 1], b.hpre + off[h], b.hact + off[h], NULL);
+            /* the head's last layer and the energies; with forces, also its backward into gA */
             launch_k(pdl, k_tn_out_e<real>, dim3((unsigned)(((size_t)n * 32 + 127) / 128)), dim3(128), 0, stream, N, b,
-                     b.hpre + off[N.H - 1], forces ? b.gA : (real*)NULL, N.H > 1 ? b.hpre + off[N.H - 2] : b.oyl, scale);
+                     N.H > 1 ? b.hact + off[N.H - 2] : b.oh, forces ? b.gA : (real*)NULL, N.H > 1 ? b.hpre + off[N.H - 2] : b.oyl, scale);
             if (!forces) continue;
             /* the output backward: the rest of the head, the linear, the LayerNorm */
             real *g = b.gA, *g2 = b.gB;
@@ -2547,7 +2550,6 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             /* the channel linear elt's backward (S3 to S2) beside the norm MLP's backward (gn to ln) */
             chan_rows(N.elt, true, b.S3, b.S2, N.els[1], true, TN_EPI_DSILU, b.gn, b.a1, NULL, b.h1); /* a1: dE/dh1 */
             rows(N.els[0], true, TN_EPI_NONE, b.a1, b.ln, NULL, NULL);                                /* ln: dE/dln */
-            launch_k(pdl, k_tn_ln_back<real>, dim3((unsigned)(((size_t)n * 32 + 127) / 128)), dim3(128), 0, stream, N, b);
             launch_k(pdl, k_tn_eb2<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, b);
             TnForcesOut fo = {NULL, io->forces_format == NNP_FORCES_FIXED_POINT, s->force_index, io->forces_stride};
             const int last = k == s->last - s->first - 1;
