@@ -246,17 +246,17 @@ template <typename real> __device__ __forceinline__ real dot_strided(const real*
     for (; k < n; k++) s0 += a[(size_t)k * stride] * x[k];
     return (s0 + s1) + (s2 + s3);
 }
-/* Four sums over the block at once (one pair of barriers); red: 4 · TN_THREADS / 32 reals. */
-template <typename real> __device__ void block_sum4(real (&v)[4], real* red) {
+/* K sums over the block at once (one pair of barriers), each in block_sum's order; red: K · TN_THREADS / 32 reals. */
+template <int K, typename real> __device__ void block_sums(real (&v)[K], real* red) {
 #pragma unroll
-    for (int q = 0; q < 4; q++)
+    for (int q = 0; q < K; q++)
         for (int o = 16; o > 0; o >>= 1) v[q] += __shfl_down_sync(0xffffffffu, v[q], o);
-    __syncthreads();
+    __syncthreads(); /* red may still be read by an earlier call */
     if ((threadIdx.x & 31) == 0)
-        for (int q = 0; q < 4; q++) red[q * (TN_THREADS / 32) + (threadIdx.x >> 5)] = v[q];
+        for (int q = 0; q < K; q++) red[q * (TN_THREADS / 32) + (threadIdx.x >> 5)] = v[q];
     __syncthreads();
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
+    for (int q = 0; q < K; q++) {
         real s = 0;
         for (int w = 0; w < TN_THREADS / 32; w++) s += red[q * (TN_THREADS / 32) + w];
         v[q] = s;
@@ -1440,15 +1440,15 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_out_b(const TnNet<real> N, co
         for (int q = threadIdx.x; q < ns; q += TN_THREADS) b.gd[e0 + q] = 0;
         for (int q = threadIdx.x; q < 3 * ns; q += TN_THREADS) b.gu[3 * e0 + q] = 0;
     }
-    real *red = A.take(TN_THREADS / 32), *ga = A.take(3 * F);
+    real *red = A.take(2 * TN_THREADS / 32), *ga = A.take(3 * F);
     const real *g = gy + (size_t)i * 3 * F, *xhat = b.oxhat + (size_t)i * 3 * F;
-    real part = 0, part2 = 0;
+    real p[2] = {0, 0};
     for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
         const real v = g[q] * N.out_w[q];
-        part += v, part2 += v * xhat[q];
+        p[0] += v, p[1] += v * xhat[q];
     }
-    const real m1 = block_sum(part, red) / real(3 * F);
-    const real m2 = block_sum(part2, red) / real(3 * F);
+    block_sums(p, red);
+    const real m1 = p[0] / real(3 * F), m2 = p[1] / real(3 * F);
     const real rstd = b.orstd[i];
     for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) ga[q] = rstd * (g[q] * N.out_w[q] - m1 - xhat[q] * m2);
     __syncthreads();
@@ -1710,7 +1710,7 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F, R = N.R, grp = blockIdx.y, groups = gridDim.y;
-    real* red = A.take(TN_THREADS / 32);
+    real* red = A.take(2 * TN_THREADS / 32);
     real *gXe = A.take(9 * F), *rb = A.take(R), *drb = A.take(R), *grb = A.take(R), *pk = A.take(3 * F), *gp = A.take(3 * F),
          *ered = A.take(4 * TN_EDGE_CHUNK * (TN_THREADS / 32));
     EdgeChunk<real> E;
@@ -1720,12 +1720,13 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
     const real* zpi = N.zp + (size_t)b.z[i] * F;
     /* the LayerNorm of |Xe|² backward: from dE/dln (in ln) to dE/d|Xe|² (gtn) */
     const real *gln = b.ln + (size_t)i * F, *xhat = b.xhat + (size_t)i * F;
-    real p1 = 0, p2 = 0;
+    real p[2] = {0, 0};
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         const real g = gln[f] * N.init_w[f];
-        p1 += g, p2 += g * xhat[f];
+        p[0] += g, p[1] += g * xhat[f];
     }
-    const real m1 = block_sum(p1, red) / real(F), m2 = block_sum(p2, red) / real(F), rstd = b.rstd[i];
+    block_sums(p, red);
+    const real m1 = p[0] / real(F), m2 = p[1] / real(F), rstd = b.rstd[i];
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
         real g[TN_NI], gm[9], Xe[9];
         ld(b.S2 + (size_t)i * TN_NI * F, F, f, g);
@@ -2176,8 +2177,8 @@ static size_t tn_smem_reals(const tn_member* m) {
     const size_t layer_b = 21 * F + R;
     const size_t b1 = W + 17 * F + 3 * R + TN_EDGE_CHUNK * W;
     const size_t b2 = 10 * F;
-    const size_t eb2 = W + 15 * F + 3 * R + 4 * TN_EDGE_CHUNK * W;
-    const size_t out = W + 3 * F;
+    const size_t eb2 = 2 * W + 15 * F + 3 * R + 4 * TN_EDGE_CHUNK * W;
+    const size_t out = 2 * W + 3 * F;
     const size_t edges = 8 * TN_EDGE_CHUNK + 2 + 7; /* EdgeChunk: j, zj, slot, g, t, u (3), count (2); rounding */
     const size_t all[] = {embed + edges, layer_b + edges, b1 + edges, b2 + edges, eb2 + edges, out, F};
     size_t n = 0;
