@@ -51,6 +51,7 @@
 #define TN_GEMM_K 32               /* k_tn_chan: the reduction's chunk through shared memory (a multiple of 4) */
 #define TN_GEMM_WIDE_ATOMS 2048    /* k_tn_chan: from this many atoms, 8 atoms per block (2 per warp), else 4 */
 #define TN_CHAN_NARROW_ATOMS 64   /* k_tn_chan_tc: up to this many atoms, 8 outputs per block (more, shorter blocks), else 32 */
+#define TN_CHAN_MEDIUM_ATOMS 256  /* ... up to this many, 16 outputs per block (k_tn_chan_rows keeps 32: measured no better) */
 #define TN_CHAN_DEEP_ATOMS 1024    /* k_tn_chan_tc: up to this many atoms, k in chunks of 64 (half the dependent loads), else 32 */
 #define TN_ROWS_NARROW_ATOMS 64   /* k_tn_rows: up to this many atoms, 4 rows per block (more, shorter blocks), else 16 */
 #define TN_ROWS_K 64               /* k_tn_rows: k in chunks of this many (32 and 128 measured slower; float64 at 128 would exceed 48 KB of static shared memory) */
@@ -758,7 +759,8 @@ __global__ void __launch_bounds__(128) k_tn_chan(const ChanW<real> W, int F, con
  * part p is its own GEMM over its rows (atom a, component c of p: n, 3n, 6n rows) against M_p, as in
  * k_tn_chan; blockIdx.z is the part. A block computes 64 rows × 8J outputs, each warp 16 rows with
  * mma.m16n8k8 (J tiles of 8 outputs: 4, or 1 for few atoms, TN_CHAN_NARROW_ATOMS, where a block's
- * chain of dependent instructions is its time and four times the blocks share it); k runs in chunks
+ * chain of dependent instructions is its time and four times the blocks share it, or 2 for some
+ * more, TN_CHAN_MEDIUM_ATOMS); k runs in chunks
  * of K (32, or 64 for few atoms, where each
  * chunk's dependent loads are most of the time: TN_CHAN_DEEP_ATOMS) through shared memory (rows
  * padded against bank conflicts), the next chunk's loads in flight while one is multiplied. The
@@ -2445,6 +2447,8 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 if constexpr (sizeof(real) == sizeof(float)) {
                     if (n <= TN_CHAN_NARROW_ATOMS)
                         launch_k(pdl, k_tn_chan_tc<64, 1>, dim3((6 * n + 63) / 64, (N.F + 7) / 8, 3), dim3(128), 0, stream, M, N.F, in, out, n);
+                    else if (n <= TN_CHAN_MEDIUM_ATOMS)
+                        launch_k(pdl, k_tn_chan_tc<64, 2>, dim3((6 * n + 63) / 64, (N.F + 15) / 16, 3), dim3(128), 0, stream, M, N.F, in, out, n);
                     else
                         launch_k(pdl, n <= TN_CHAN_DEEP_ATOMS ? k_tn_chan_tc<64, 4> : k_tn_chan_tc<32, 4>,
                                  dim3((6 * n + 63) / 64, (N.F + 31) / 32, 3), dim3(128), 0, stream, M, N.F, in, out, n);
