@@ -2552,7 +2552,8 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 chan_step(Ly[l].llt, true, TN_CH_BX, b.S1, b.S2, l);
             }
             if (N.L == 0) launch_k(pdl, k_tn_step<real, TN_CH_EB1>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
-            /* the channel linear elt's backward (S3 to S2) beside the norm MLP's backward (gn to ln) */
+            /* the channel linear elt's backward (S3 to S2) beside the norm MLP's last layer backward (gn to a1),
+               then its first layer backward (a1 to ln) */
             chan_rows(N.elt, true, b.S3, b.S2, N.els[1], true, TN_EPI_DSILU, b.gn, b.a1, NULL, b.h1); /* a1: dE/dh1 */
             rows(N.els[0], true, TN_EPI_NONE, b.a1, b.ln, NULL, NULL);                                /* ln: dE/dln */
             launch_k(pdl, k_tn_eb2<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, b);
