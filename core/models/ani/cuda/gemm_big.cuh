@@ -88,11 +88,6 @@ __global__ void __launch_bounds__(256) k_gemm_big(const GemmJob<real>* __restric
     store_big_tile<real, EPI>(job, row0, col0, tx, ty, acc);
 }
 
-/* 16 bytes from global to shared memory, asynchronously; zeros where !valid (src is then not read). */
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
 /* A warp's 32×32 results of the tensor-core kernels: 2×4 mma fragments of 4. */
 template <int MI> __device__ __forceinline__ void zero_fragments(float (&f)[MI][4][4]) {
 #pragma unroll
@@ -102,7 +97,6 @@ template <int MI> __device__ __forceinline__ void zero_fragments(float (&f)[MI][
 #pragma unroll
             for (int c = 0; c < 4; c++) f[mi][ni][c] = 0.f;
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 /*
  * The many-rows product in float32 on the tensor cores in FP16 (mma.sync m16n8k16: twice the
@@ -135,7 +129,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 #define TH_STAGE_B (2 * TH_BN * 4)           /* uint4: 16-k steps × columns × lanes of a column */
 /* Dynamic shared memory of k_gemm_big_h: two stages of A, of B and of A's row scales. */
 #define TH_SMEM (2 * (TH_STAGE_A + TH_STAGE_B) * sizeof(uint4) + 2 * TH_BM * sizeof(float))
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 /*
  * Presplit activations: a float32 matrix whose rows are whole chunks of 32 values (its row stride
@@ -178,10 +171,6 @@ __global__ void __launch_bounds__(256) k_presplit(const float* __restrict__ x, i
 #define TP_STAGE_OF(BM) ((BM) * TP_LDA + TH_STAGE_B + (BM) / 4) /* uint4 per stage of a BM-row tile */
 #define TP_SMEM_OF(BM) (TP_STAGES * TP_STAGE_OF(BM) * sizeof(uint4))
 #define TP_SMEM TP_SMEM_OF(TH_BM)
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(src), "r"(valid ? 4 : 0) : "memory");
-}
 /* all but the latest TP_STAGES − 2 groups have landed */
 __device__ __forceinline__ void cp_async_wait_stages() { asm volatile("cp.async.wait_group %0;" ::"n"(TP_STAGES - 2) : "memory"); }
 __device__ __forceinline__ void ldmatrix_x4(uint4& r, const uint4* p) {

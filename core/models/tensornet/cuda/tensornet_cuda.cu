@@ -61,6 +61,8 @@
 #define TN_PDL 1                   /* programmatic dependent launches: each kernel of an evaluation but the first launches while its predecessor drains */
 #define TN_EDGE_GROUPS 4           /* the per-atom edge kernels (tables): at most this many blocks per atom, each every G-th edge */
 #define TN_BLOCKS_PER_SM 2         /* ... as many as give the GPU this many blocks per SM (few atoms) */
+#define TN_HEAD_THREADS 128        /* k_tn_head: threads per atom (block) */
+#define TN_HEAD_ATOMS 1024         /* k_tn_head for up to this many atoms, where its weights fit in shared memory, else the row GEMMs */
 #define TN_CLUSTER_SUM 1           /* ... each atom's blocks one thread-block cluster: their sums added through shared memory (sm_90) */
 
 static constexpr int tn_edge_unroll = TN_EDGE_UNROLL; /* as #pragma unroll takes it */
@@ -1415,6 +1417,155 @@ __global__ void k_tn_out_e(const TnNet<real> N, const TnBuf<real> b, const real*
             g[(size_t)i * ni + o] = (N.stdv * Lh.w[(size_t)(on - 1) * ni + o] + real(0)) * act_d(N.act, aux[(size_t)i * ni + o]);
 }
 
+/*
+ * The whole head for few atoms, one launch instead of the row GEMMs of its layers forward and
+ * backward and k_tn_out_e: one block per atom from oh, the output linear's activation, through the
+ * head's hidden layers (SiLU after each) to the energy at the last layer's last column (as
+ * k_tn_out_e), and with forces back to dE/d(the linear's pre-activation) into g (n × F, the linear's
+ * backward input). The hidden layers' weights are copied into shared memory by cp.async (16 bytes a
+ * copy) before the wait for the predecessor, both as wt (forward: threads over the outputs read a
+ * row's consecutive reals) and as w (backward: threads over the inputs). Each output's sum is split
+ * over as many threads as the block has to spare (head_sums), the parts added in a fixed order,
+ * so the same inputs give the same bits.
+ */
+__host__ __device__ __forceinline__ size_t head_round(size_t n) { return (n + 3) / 4 * 4; } /* 16-byte steps */
+/* k_tn_head's shared memory in reals: the hidden layers' weights (wt, w), the last layer's energy
+   row; the atom's input and the linear's pre-activation, each hidden layer's pre-activation and
+   activation, two gradients, the partial sums. */
+template <typename real> __host__ __device__ size_t head_reals(const TnNet<real>& N) {
+    size_t w = 0, per = 2 * (size_t)N.head[0].n_in, wide = 0;
+    for (int h = 0; h < N.H; h++) {
+        if ((size_t)N.head[h].n_in > wide) wide = (size_t)N.head[h].n_in;
+        if (h + 1 < N.H) w += 2 * head_round((size_t)N.head[h].n_in * N.head[h].n_out), per += 2 * (size_t)N.head[h].n_out;
+    }
+    return w + head_round((size_t)N.head[N.H - 1].n_in) + per + 2 * wide + TN_HEAD_THREADS;
+}
+/* count reals from global to shared memory, by cp.async, 16 bytes a copy where both are aligned */
+template <typename real> __device__ __forceinline__ void copy_async(real* dst, const real* src, size_t count) {
+    constexpr size_t V = 16 / sizeof(real);
+    size_t q = threadIdx.x;
+    if ((((size_t)dst | (size_t)src) & 15) == 0) {
+        for (size_t v = threadIdx.x; v < count / V; v += blockDim.x) cp_async16(dst + v * V, src + v * V, true);
+        q = count / V * V + threadIdx.x;
+    }
+    for (; q < count; q += blockDim.x) {
+        if (sizeof(real) == 4) cp_async4(dst + q, src + q, true);
+        else cp_async8(dst + q, src + q, true);
+    }
+}
+/* y[o] = Σ_k w[k · no + o] x[k] for o < no, k < nk (forward: w = wt; backward: w, n_out × n_in, its
+   inputs the outputs o), then out(o, y[o]), by the block:
+   each sum split into ks = blockDim / no parts of k (one where no ≥ blockDim), each part in k order,
+   the parts through red added in part order. Ends synchronised (out's writes visible). */
+template <typename real, typename Out>
+__device__ __forceinline__ void head_sums(const real* w, const real* x, int nk, int no, real* red, Out out) {
+    const int T = blockDim.x, ks = no < T ? T / no : 1;
+    for (int o0 = 0; o0 < no; o0 += T) {
+        const int t = threadIdx.x, o = o0 + t % no, part = t / no;
+        real s = 0;
+        if (o < no && part < ks) {
+            const int k0 = part * nk / ks, k1 = (part + 1) * nk / ks;
+#pragma unroll 8 /* the loads of 8 k in flight */
+            for (int k = k0; k < k1; k++) s += w[(size_t)k * no + o] * x[k];
+        }
+        if (ks > 1) {
+            red[t] = s;
+            __syncthreads();
+            if (t < no) {
+                s = red[t];
+                for (int q = 1; q < ks; q++) s += red[q * no + t];
+                out(t, s);
+            }
+        } else if (o < no) {
+            out(o, s);
+        }
+        __syncthreads();
+    }
+}
+template <typename real>
+__global__ void __launch_bounds__(TN_HEAD_THREADS) k_tn_head(const TnNet<real> N, const TnBuf<real> b, real* __restrict__ g, double scale) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    const int H = N.H, i = blockIdx.x;
+    real* p = (real*)tn_smem;
+    for (int h = 0; h + 1 < H; h++) { /* the weights (constant) while the predecessor drains */
+        const Lin<real>& Lh = N.head[h];
+        const size_t nw = (size_t)Lh.n_in * Lh.n_out;
+        copy_async(p, Lh.wt, nw);
+        copy_async(p + head_round(nw), Lh.w, nw);
+        p += 2 * head_round(nw);
+    }
+    const Lin<real>& Ll = N.head[H - 1];
+    const int nl = Ll.n_in, ni0 = N.head[0].n_in;
+    real* wl = p;
+    copy_async(wl, Ll.w + (size_t)(Ll.n_out - 1) * nl, (size_t)nl);
+    p += head_round((size_t)nl);
+    size_t wide = 0;
+    for (int h = 0; h < H; h++)
+        if ((size_t)N.head[h].n_in > wide) wide = (size_t)N.head[h].n_in;
+    real *x0 = p, *y0 = x0 + ni0; /* y0: the linear's pre-activation (oyl), for the backward's last step */
+    cp_async_commit();
+    pdl_start();
+    for (int k = threadIdx.x; k < ni0; k += blockDim.x) x0[k] = b.oh[(size_t)i * ni0 + k], y0[k] = b.oyl[(size_t)i * ni0 + k];
+    cp_async_wait_all();
+    __syncthreads();
+    /* forward through the hidden layers: pre-activations z and activations a after y0 */
+    const real* w = (const real*)tn_smem;
+    const real* x = x0;
+    real* za = y0 + ni0;
+    size_t zlen = 0;
+    for (int h = 0; h + 1 < H; h++) zlen += 2 * (size_t)N.head[h].n_out;
+    real* red = za + zlen + 2 * wide;
+    for (int h = 0; h + 1 < H; h++) {
+        const Lin<real>& Lh = N.head[h];
+        const int no = Lh.n_out;
+        real *z = za, *a = za + no;
+        head_sums(w, x, Lh.n_in, no, red, [&](int o, real y) {
+            y += Lh.b ? Lh.b[o] : real(0);
+            z[o] = y, a[o] = act(N.act, y);
+        });
+        w += 2 * head_round((size_t)Lh.n_in * no), x = a, za = a + no;
+    }
+    /* the energy (as k_tn_out_e, warp 0) */
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        real part = 0;
+        for (int k = lane; k < nl; k += 32) part += wl[k] * x[k];
+        for (int o = 16; o > 0; o >>= 1) part += __shfl_down_sync(0xffffffffu, part, o);
+        if (lane == 0) {
+            const real last = part + (Ll.b ? Ll.b[Ll.n_out - 1] : real(0));
+            const double e = (double)last * (double)N.stdv + (N.atomref ? N.atomref[b.z[i]] : 0.0);
+            b.atom_e[i] += scale * e;
+        }
+    }
+    if (!g) return;
+    /* backward: dE/d(the last layer's input) is std times its energy row, then through each hidden
+       layer's activation and weights; its pre-activation is that layer's z, or the linear's (y0) */
+    real *ga = za, *gb = za + wide;
+    const real* zl = H > 1 ? x - N.head[H - 2].n_out : NULL; /* the last hidden layer's z, just before its a */
+    for (int k = threadIdx.x; k < nl; k += blockDim.x) {
+        const real v = (N.stdv * wl[k] + real(0)) * act_d(N.act, H > 1 ? zl[k] : y0[k]);
+        if (H > 1) ga[k] = v;
+        else g[(size_t)i * nl + k] = v;
+    }
+    __syncthreads();
+    for (int h = H - 2; h >= 0; h--) {
+        const Lin<real>& Lh = N.head[h];
+        const int no = Lh.n_out, ni = Lh.n_in;
+        const size_t nw = (size_t)ni * no;
+        w -= 2 * head_round(nw);
+        const real* zp = h > 0 ? zl - 2 * N.head[h - 1].n_out : NULL; /* layer h − 1's z (zl: layer h's) */
+        /* dE/d(input k) = Σ_o w[o][k] ga[o] */
+        head_sums(w + head_round(nw), ga, no, ni, red, [&](int k, real y) {
+            const real v = (y + real(0)) * act_d(N.act, h > 0 ? zp[k] : y0[k]);
+            if (h > 0) gb[k] = v;
+            else g[(size_t)i * ni + k] = v;
+        });
+        real* t = ga;
+        ga = gb, gb = t;
+        zl = zp;
+    }
+}
+
 /* The parts of dE/d(dX) of layer l for its second channel linear, into S3, given dE/dX^{l+1}
    (gXo) of channel f of atom i: X^{l+1} = ... + dX + cq dX² gives gXo + cq (gXo dXᵀ + dXᵀ gXo). */
 template <typename real>
@@ -1950,6 +2101,7 @@ typedef struct tn_cuda_state {
     size_t smem; /* dynamic shared memory of the per-atom kernels */
     int edge_groups; /* blocks per atom of the per-edge kernels with tables (few atoms; tn_build) */
     int clusters;    /* the GPU launches thread-block clusters (group_sum through shared memory) */
+    int head;        /* the head as one launch (k_tn_head; few atoms, its weights in shared memory) */
     void* split;     /* edge_groups > 1: the groups' partial sums (TnBuf::split), and per atom a count */
     int* split_count;
     void* weights;                              /* every member's weights in the evaluation's precision */
@@ -2029,7 +2181,7 @@ template <typename real> static nnp_status tn_upload_weights(const tn_model* tm,
         used = 0;
         auto arr = [&](const double* v, size_t n) -> const real* {
             const size_t at = used;
-            used += (n + 1) / 2 * 2;
+            used += (n + 3) / 4 * 4; /* 16-byte aligned arrays (k_tn_head copies them with cp.async) */
             if (pass == 1 && v != NULL)
                 for (size_t q = 0; q < n; q++) host[at + q] = (real)v[q];
             return base + at;
@@ -2039,7 +2191,7 @@ template <typename real> static nnp_status tn_upload_weights(const tn_model* tm,
             o.n_out = L.n_out, o.n_in = L.n_in;
             o.w = arr(L.w, (size_t)L.n_out * L.n_in);
             const size_t at = used;
-            used += ((size_t)L.n_out * L.n_in + 1) / 2 * 2;
+            used += ((size_t)L.n_out * L.n_in + 3) / 4 * 4;
             if (pass == 1)
                 for (int r = 0; r < L.n_out; r++)
                     for (int c = 0; c < L.n_in; c++) host[at + (size_t)c * L.n_out + r] = (real)L.w[(size_t)r * L.n_in + c];
@@ -2199,6 +2351,7 @@ template <typename real> static void tn_configure() {
     allow_dynamic_smem(k_tn_b1<real>);
     allow_dynamic_smem(k_tn_b2<real>);
     allow_dynamic_smem(k_tn_eb2<real>);
+    allow_dynamic_smem(k_tn_head<real>);
 }
 
 /* Every member's zp, zq per element (k_tn_z), once per plan. */
@@ -2269,6 +2422,9 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     if (st == NNP_OK && sizeof(real) == sizeof(float)) st = tn_build_tables(tm, s);
     if (st == NNP_OK) st = tn_build_z<real>(tm, s);
     if (st != NNP_OK) return st;
+    s->head = n <= TN_HEAD_ATOMS;
+    for (int k = 0; k < s->last - s->first; k++)
+        if (head_reals(((const TnNet<real>*)s->nets)[k]) * sizeof(real) > (size_t)optin) s->head = 0;
     /* atoms */
     const size_t N = (size_t)n, E = N * (size_t)(s->cap + 1), Fz = (size_t)F;
     TN_ALLOC(s->z, N * sizeof(int));
@@ -2527,23 +2683,34 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             /* the output: LayerNorm, SiLU(linear), the head (SiLU between its layers), the energies */
             launch_k(pdl, k_tn_out_a<real>, dim3(n), dim3(TN_THREADS), s->smem, stream, N, b);
             rows(N.linear, false, TN_EPI_SILU, b.oy, b.oyl, b.oh, NULL);
-            size_t off[TN_MAX_HEAD];
-            for (int h = 0, o = 0; h < N.H; o += N.head[h].n_out, h++) off[h] = (size_t)o * n;
-            for (int h = 0; h + 1 < N.H; h++)
-                rows(N.head[h], false, TN_EPI_SILU, h == 0 ? b.oh : b.hact + off[h - 1], b.hpre + off[h], b.hact + off[h], NULL);
-            /* the head's last layer and the energies; with forces, also its backward into gA */
-            launch_k(pdl, k_tn_out_e<real>, dim3((unsigned)(((size_t)n * 32 + 127) / 128)), dim3(128), 0, stream, N, b,
-                     N.H > 1 ? b.hact + off[N.H - 2] : b.oh, forces ? b.gA : (real*)NULL, N.H > 1 ? b.hpre + off[N.H - 2] : b.oyl, scale);
-            if (!forces) continue;
-            /* the output backward: the rest of the head, the linear, the LayerNorm */
-            real *g = b.gA, *g2 = b.gB;
-            for (int h = N.H - 2; h >= 0; h--) {
-                rows(N.head[h], true, TN_EPI_DSILU, g, g2, NULL, h > 0 ? b.hpre + off[h - 1] : b.oyl);
-                real* t = g;
-                g = g2, g2 = t;
+            real* gy; /* dE/d(the linear's output), for k_tn_out_b */
+            if (s->head) { /* the head forward, the energies, the head backward */
+                launch_k(pdl, k_tn_head<real>, dim3((unsigned)n), dim3(TN_HEAD_THREADS),
+                         head_reals(N) * sizeof(real), stream, N, b, forces ? b.gA : (real*)NULL, scale);
+                if (!forces) continue;
+                gy = b.gB;
+                rows(N.linear, true, TN_EPI_NONE, b.gA, gy, NULL, NULL);
+            } else {
+                size_t off[TN_MAX_HEAD];
+                for (int h = 0, o = 0; h < N.H; o += N.head[h].n_out, h++) off[h] = (size_t)o * n;
+                for (int h = 0; h + 1 < N.H; h++)
+                    rows(N.head[h], false, TN_EPI_SILU, h == 0 ? b.oh : b.hact + off[h - 1], b.hpre + off[h], b.hact + off[h], NULL);
+                /* the head's last layer and the energies; with forces, also its backward into gA */
+                launch_k(pdl, k_tn_out_e<real>, dim3((unsigned)(((size_t)n * 32 + 127) / 128)), dim3(128), 0, stream, N, b,
+                         N.H > 1 ? b.hact + off[N.H - 2] : b.oh, forces ? b.gA : (real*)NULL, N.H > 1 ? b.hpre + off[N.H - 2] : b.oyl,
+                         scale);
+                if (!forces) continue;
+                /* the output backward: the rest of the head, the linear */
+                real *g = b.gA, *g2 = b.gB;
+                for (int h = N.H - 2; h >= 0; h--) {
+                    rows(N.head[h], true, TN_EPI_DSILU, g, g2, NULL, h > 0 ? b.hpre + off[h - 1] : b.oyl);
+                    real* t = g;
+                    g = g2, g2 = t;
+                }
+                rows(N.linear, true, TN_EPI_NONE, g, g2, NULL, NULL);
+                gy = g2;
             }
-            rows(N.linear, true, TN_EPI_NONE, g, g2, NULL, NULL);
-            launch_k(pdl, k_tn_out_b<real>, dim3(n), dim3(TN_THREADS), s->smem, stream, N, b, g2);
+            launch_k(pdl, k_tn_out_b<real>, dim3(n), dim3(TN_THREADS), s->smem, stream, N, b, gy);
             for (int l = N.L - 1; l >= 0; l--) {
                 chan(Ly[l].llt + 3, true, b.S3, b.S2);
                 launch_k(pdl, k_tn_b1<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
