@@ -62,6 +62,7 @@
 #define TN_EDGE_GROUPS 4           /* the per-atom edge kernels (tables): at most this many blocks per atom, each every G-th edge */
 #define TN_BLOCKS_PER_SM 2         /* ... as many as give the GPU this many blocks per SM (few atoms) */
 #define TN_HEAD_THREADS 128        /* k_tn_head: threads per atom (block) */
+#define TN_LINEAR_ATOMS 64         /* the output linear inside k_tn_out_a and k_tn_out_b for up to this many atoms (a block per atom with all its weights: 220 atoms measured slower), where its weights fit in shared memory */
 #define TN_HEAD_ATOMS 1024         /* k_tn_head for up to this many atoms, where its weights fit in shared memory, else the row GEMMs */
 #define TN_CLUSTER_SUM 1           /* ... each atom's blocks one thread-block cluster: their sums added through shared memory (sm_90) */
 
@@ -1349,15 +1350,40 @@ __device__ __forceinline__ void update_step(const TnNet<real>& N, const TnBuf<re
     }
 }
 
+__host__ __device__ __forceinline__ size_t smem_round(size_t n) { return (n + 3) / 4 * 4; } /* 16-byte steps */
+/* k_tn_out_a's and k_tn_out_b's shared memory with the output linear inside (LIN): its weights, then
+   2W + 3F reals (tn_smem_reals' out) and the linear's output and input gradients, + rounding */
+template <typename real> static size_t out_lin_bytes(const TnNet<real>& N) {
+    const size_t no = (size_t)N.linear.n_out, ni = (size_t)N.linear.n_in;
+    return (smem_round(ni * no) + 2 * TN_THREADS / 32 + 3 * (size_t)N.F + no + ni + 16) * sizeof(real);
+}
+/* count reals from global to shared memory, by cp.async, 16 bytes a copy where both are aligned */
+template <typename real> __device__ __forceinline__ void copy_async(real* dst, const real* src, size_t count) {
+    constexpr size_t V = 16 / sizeof(real);
+    size_t q = threadIdx.x;
+    if ((((size_t)dst | (size_t)src) & 15) == 0) {
+        for (size_t v = threadIdx.x; v < count / V; v += blockDim.x) cp_async16(dst + v * V, src + v * V, true);
+        q = count / V * V + threadIdx.x;
+    }
+    for (; q < count; q += blockDim.x) {
+        if (sizeof(real) == 4) cp_async4(dst + q, src + q, true);
+        else cp_async8(dst + q, src + q, true);
+    }
+}
 /* The output, part 1, atom i (block): with interaction layers first the last one's update_step
    (its second channel linear's output D in S2) for the atom's channels, then the parts T of X^L
    (into S1, for part 2), x = (3|I|², |A|², |S|²) per channel and its LayerNorm over the 3F values:
-   xhat, rstd kept, y = xhat · w + b the input of the output MLP (k_tn_rows: SiLU(linear), the head). */
-template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_out_a(const TnNet<real> N, const TnBuf<real> b) {
-    pdl_start();
+   xhat, rstd kept, y = xhat · w + b the input of the output MLP; with LIN (few atoms) also the
+   output linear and its SiLU (into oyl, oh; else k_tn_rows), its weights (wt) copied into shared
+   memory by cp.async before the wait for the predecessor. */
+template <typename real, bool LIN> __global__ void __launch_bounds__(TN_THREADS) k_tn_out_a(const TnNet<real> N, const TnBuf<real> b) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
-    Arena<real> A = {(real*)tn_smem};
     const int i = blockIdx.x, F = N.F;
+    const size_t nw = LIN ? (size_t)N.linear.n_in * N.linear.n_out : 0;
+    real* wlin = (real*)tn_smem;
+    if (LIN) copy_async(wlin, N.linear.wt, nw), cp_async_commit();
+    pdl_start();
+    Arena<real> A = {(real*)tn_smem + smem_round(nw)};
     real *red = A.take(TN_THREADS / 32), *x = A.take(3 * F);
     const real* X = b.X + ((size_t)N.L * b.n + i) * 9 * F;
     real part = 0;
@@ -1384,7 +1410,21 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_out_
     for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
         const real xh = (x[q] - mean) * rstd;
         b.oxhat[(size_t)i * 3 * F + q] = xh;
-        b.oy[(size_t)i * 3 * F + q] = xh * N.out_w[q] + N.out_b[q];
+        if (LIN) x[q] = xh * N.out_w[q] + N.out_b[q]; /* each thread its own q: no barrier before */
+        else b.oy[(size_t)i * 3 * F + q] = xh * N.out_w[q] + N.out_b[q];
+    }
+    if (!LIN) return;
+    cp_async_wait_all();
+    __syncthreads();
+    /* the output linear (k_tn_rows' sums: in k order, then the bias) and its SiLU */
+    const int no = N.linear.n_out, ni = N.linear.n_in;
+    for (int o = threadIdx.x; o < no; o += TN_THREADS) {
+        real acc = 0;
+#pragma unroll 8
+        for (int k = 0; k < ni; k++) acc += wlin[(size_t)k * no + o] * x[k];
+        const real z = acc + (N.linear.b ? N.linear.b[o] : real(0));
+        b.oyl[(size_t)i * no + o] = z;
+        b.oh[(size_t)i * no + o] = act(N.act, z);
     }
 }
 
@@ -1428,7 +1468,6 @@ __global__ void k_tn_out_e(const TnNet<real> N, const TnBuf<real> b, const real*
  * over as many threads as the block has to spare (head_sums), the parts added in a fixed order,
  * so the same inputs give the same bits.
  */
-__host__ __device__ __forceinline__ size_t head_round(size_t n) { return (n + 3) / 4 * 4; } /* 16-byte steps */
 /* k_tn_head's shared memory in reals: the hidden layers' weights (wt, w), the last layer's energy
    row; the atom's input and the linear's pre-activation, each hidden layer's pre-activation and
    activation, two gradients, the partial sums. */
@@ -1436,22 +1475,9 @@ template <typename real> __host__ __device__ size_t head_reals(const TnNet<real>
     size_t w = 0, per = 2 * (size_t)N.head[0].n_in, wide = 0;
     for (int h = 0; h < N.H; h++) {
         if ((size_t)N.head[h].n_in > wide) wide = (size_t)N.head[h].n_in;
-        if (h + 1 < N.H) w += 2 * head_round((size_t)N.head[h].n_in * N.head[h].n_out), per += 2 * (size_t)N.head[h].n_out;
+        if (h + 1 < N.H) w += 2 * smem_round((size_t)N.head[h].n_in * N.head[h].n_out), per += 2 * (size_t)N.head[h].n_out;
     }
-    return w + head_round((size_t)N.head[N.H - 1].n_in) + per + 2 * wide + TN_HEAD_THREADS;
-}
-/* count reals from global to shared memory, by cp.async, 16 bytes a copy where both are aligned */
-template <typename real> __device__ __forceinline__ void copy_async(real* dst, const real* src, size_t count) {
-    constexpr size_t V = 16 / sizeof(real);
-    size_t q = threadIdx.x;
-    if ((((size_t)dst | (size_t)src) & 15) == 0) {
-        for (size_t v = threadIdx.x; v < count / V; v += blockDim.x) cp_async16(dst + v * V, src + v * V, true);
-        q = count / V * V + threadIdx.x;
-    }
-    for (; q < count; q += blockDim.x) {
-        if (sizeof(real) == 4) cp_async4(dst + q, src + q, true);
-        else cp_async8(dst + q, src + q, true);
-    }
+    return w + smem_round((size_t)N.head[N.H - 1].n_in) + per + 2 * wide + TN_HEAD_THREADS;
 }
 /* y[o] = Σ_k w[k · no + o] x[k] for o < no, k < nk (forward: w = wt; backward: w, n_out × n_in, its
    inputs the outputs o), then out(o, y[o]), by the block:
@@ -1491,14 +1517,14 @@ __global__ void __launch_bounds__(TN_HEAD_THREADS) k_tn_head(const TnNet<real> N
         const Lin<real>& Lh = N.head[h];
         const size_t nw = (size_t)Lh.n_in * Lh.n_out;
         copy_async(p, Lh.wt, nw);
-        copy_async(p + head_round(nw), Lh.w, nw);
-        p += 2 * head_round(nw);
+        copy_async(p + smem_round(nw), Lh.w, nw);
+        p += 2 * smem_round(nw);
     }
     const Lin<real>& Ll = N.head[H - 1];
     const int nl = Ll.n_in, ni0 = N.head[0].n_in;
     real* wl = p;
     copy_async(wl, Ll.w + (size_t)(Ll.n_out - 1) * nl, (size_t)nl);
-    p += head_round((size_t)nl);
+    p += smem_round((size_t)nl);
     size_t wide = 0;
     for (int h = 0; h < H; h++)
         if ((size_t)N.head[h].n_in > wide) wide = (size_t)N.head[h].n_in;
@@ -1523,7 +1549,7 @@ __global__ void __launch_bounds__(TN_HEAD_THREADS) k_tn_head(const TnNet<real> N
             y += Lh.b ? Lh.b[o] : real(0);
             z[o] = y, a[o] = act(N.act, y);
         });
-        w += 2 * head_round((size_t)Lh.n_in * no), x = a, za = a + no;
+        w += 2 * smem_round((size_t)Lh.n_in * no), x = a, za = a + no;
     }
     /* the energy (as k_tn_out_e, warp 0) */
     if (threadIdx.x < 32) {
@@ -1552,10 +1578,10 @@ __global__ void __launch_bounds__(TN_HEAD_THREADS) k_tn_head(const TnNet<real> N
         const Lin<real>& Lh = N.head[h];
         const int no = Lh.n_out, ni = Lh.n_in;
         const size_t nw = (size_t)ni * no;
-        w -= 2 * head_round(nw);
+        w -= 2 * smem_round(nw);
         const real* zp = h > 0 ? zl - 2 * N.head[h - 1].n_out : NULL; /* layer h − 1's z (zl: layer h's) */
         /* dE/d(input k) = Σ_o w[o][k] ga[o] */
-        head_sums(w + head_round(nw), ga, no, ni, red, [&](int k, real y) {
+        head_sums(w + smem_round(nw), ga, no, ni, red, [&](int k, real y) {
             const real v = (y + real(0)) * act_d(N.act, h > 0 ? zp[k] : y0[k]);
             if (h > 0) gb[k] = v;
             else g[(size_t)i * ni + k] = v;
@@ -1579,13 +1605,18 @@ __device__ __forceinline__ void update_back(const TnBuf<real>& b, int F, int l, 
     compose_adj(gdX, t);
     st(b.S3 + (size_t)i * TN_NI * F, F, f, t);
 }
-/* The output backward, part 2, atom i (block): from dE/dy (gy) through the LayerNorm to dE/dX^L
-   (gX). */
-template <typename real>
+/* The output backward, part 2, atom i (block): from dE/dy (gy, 3F per atom) through the LayerNorm
+   to dE/dX^L (gX); with LIN (few atoms) gy is dE/d(the output linear's output), F per atom, and
+   the block first takes it back through the linear (its weights w copied into shared memory by
+   cp.async before the wait for the predecessor; else k_tn_rows). */
+template <typename real, bool LIN>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_out_b(const TnNet<real> N, const TnBuf<real> b, const real* __restrict__ gy) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
+    const size_t nw = LIN ? (size_t)N.linear.n_in * N.linear.n_out : 0;
+    real* wlin = (real*)tn_smem;
+    if (LIN) copy_async(wlin, N.linear.w, nw), cp_async_commit();
     pdl_start();
-    Arena<real> A = {(real*)tn_smem};
+    Arena<real> A = {(real*)tn_smem + smem_round(nw)};
     const int i = blockIdx.x, F = N.F;
     { /* atom i's edge gradients, which the layers backward and k_tn_eb2 add to: its slots in use */
         const size_t e0 = (size_t)i * (b.cap + 1);
@@ -1594,7 +1625,22 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_out_b(const TnNet<real> N, co
         for (int q = threadIdx.x; q < 3 * ns; q += TN_THREADS) b.gu[3 * e0 + q] = 0;
     }
     real *red = A.take(2 * TN_THREADS / 32), *ga = A.take(3 * F);
-    const real *g = gy + (size_t)i * 3 * F, *xhat = b.oxhat + (size_t)i * 3 * F;
+    const real *g = LIN ? NULL : gy + (size_t)i * 3 * F, *xhat = b.oxhat + (size_t)i * 3 * F;
+    if (LIN) { /* dE/dy = linearᵀ gy (k_tn_rows' sums: in the linear's output order) */
+        const int no = N.linear.n_out, ni = N.linear.n_in;
+        real *gz = A.take(no), *gl = A.take(ni);
+        for (int o = threadIdx.x; o < no; o += TN_THREADS) gz[o] = gy[(size_t)i * no + o];
+        cp_async_wait_all();
+        __syncthreads();
+        for (int k = threadIdx.x; k < ni; k += TN_THREADS) {
+            real acc = 0;
+#pragma unroll 8
+            for (int o = 0; o < no; o++) acc += wlin[(size_t)o * ni + k] * gz[o];
+            gl[k] = acc + real(0);
+        }
+        __syncthreads();
+        g = gl;
+    }
     real p[2] = {0, 0};
     for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
         const real v = g[q] * N.out_w[q];
@@ -2102,6 +2148,7 @@ typedef struct tn_cuda_state {
     int edge_groups; /* blocks per atom of the per-edge kernels with tables (few atoms; tn_build) */
     int clusters;    /* the GPU launches thread-block clusters (group_sum through shared memory) */
     int head;        /* the head as one launch (k_tn_head; few atoms, its weights in shared memory) */
+    int linear;      /* the output linear in k_tn_out_a, k_tn_out_b (few atoms, its weights in shared memory) */
     void* split;     /* edge_groups > 1: the groups' partial sums (TnBuf::split), and per atom a count */
     int* split_count;
     void* weights;                              /* every member's weights in the evaluation's precision */
@@ -2346,8 +2393,10 @@ template <typename real> static void tn_configure() {
     allow_dynamic_smem(k_tn_z<real>);
     allow_dynamic_smem(k_tn_embed<real>);
     allow_dynamic_smem(k_tn_layer_b<real>);
-    allow_dynamic_smem(k_tn_out_a<real>);
-    allow_dynamic_smem(k_tn_out_b<real>);
+    allow_dynamic_smem(k_tn_out_a<real, false>);
+    allow_dynamic_smem(k_tn_out_b<real, false>);
+    allow_dynamic_smem(k_tn_out_a<real, true>);
+    allow_dynamic_smem(k_tn_out_b<real, true>);
     allow_dynamic_smem(k_tn_b1<real>);
     allow_dynamic_smem(k_tn_b2<real>);
     allow_dynamic_smem(k_tn_eb2<real>);
@@ -2423,8 +2472,11 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     if (st == NNP_OK) st = tn_build_z<real>(tm, s);
     if (st != NNP_OK) return st;
     s->head = n <= TN_HEAD_ATOMS;
-    for (int k = 0; k < s->last - s->first; k++)
+    s->linear = n <= TN_LINEAR_ATOMS;
+    for (int k = 0; k < s->last - s->first; k++) {
         if (head_reals(((const TnNet<real>*)s->nets)[k]) * sizeof(real) > (size_t)optin) s->head = 0;
+        if (out_lin_bytes(((const TnNet<real>*)s->nets)[k]) > (size_t)optin) s->linear = 0;
+    }
     /* atoms */
     const size_t N = (size_t)n, E = N * (size_t)(s->cap + 1), Fz = (size_t)F;
     TN_ALLOC(s->z, N * sizeof(int));
@@ -2681,15 +2733,19 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                     chan(Ly[l].llt + 3, false, b.S1, b.S2); /* its update_step: k_tn_out_a */
             }
             /* the output: LayerNorm, SiLU(linear), the head (SiLU between its layers), the energies */
-            launch_k(pdl, k_tn_out_a<real>, dim3(n), dim3(TN_THREADS), s->smem, stream, N, b);
-            rows(N.linear, false, TN_EPI_SILU, b.oy, b.oyl, b.oh, NULL);
-            real* gy; /* dE/d(the linear's output), for k_tn_out_b */
+            const size_t lin_smem = out_lin_bytes(N);
+            if (s->linear) { /* the LayerNorm and the output linear */
+                launch_k(pdl, k_tn_out_a<real, true>, dim3(n), dim3(TN_THREADS), lin_smem, stream, N, b);
+            } else {
+                launch_k(pdl, k_tn_out_a<real, false>, dim3(n), dim3(TN_THREADS), s->smem, stream, N, b);
+                rows(N.linear, false, TN_EPI_SILU, b.oy, b.oyl, b.oh, NULL);
+            }
+            real *gz, *gfree; /* dE/d(the linear's pre-activation), and a free buffer of n × wide */
             if (s->head) { /* the head forward, the energies, the head backward */
-                launch_k(pdl, k_tn_head<real>, dim3((unsigned)n), dim3(TN_HEAD_THREADS),
-                         head_reals(N) * sizeof(real), stream, N, b, forces ? b.gA : (real*)NULL, scale);
+                launch_k(pdl, k_tn_head<real>, dim3((unsigned)n), dim3(TN_HEAD_THREADS), head_reals(N) * sizeof(real), stream, N, b,
+                         forces ? b.gA : (real*)NULL, scale);
                 if (!forces) continue;
-                gy = b.gB;
-                rows(N.linear, true, TN_EPI_NONE, b.gA, gy, NULL, NULL);
+                gz = b.gA, gfree = b.gB;
             } else {
                 size_t off[TN_MAX_HEAD];
                 for (int h = 0, o = 0; h < N.H; o += N.head[h].n_out, h++) off[h] = (size_t)o * n;
@@ -2700,17 +2756,21 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                          N.H > 1 ? b.hact + off[N.H - 2] : b.oh, forces ? b.gA : (real*)NULL, N.H > 1 ? b.hpre + off[N.H - 2] : b.oyl,
                          scale);
                 if (!forces) continue;
-                /* the output backward: the rest of the head, the linear */
-                real *g = b.gA, *g2 = b.gB;
+                /* the output backward: the rest of the head */
+                gz = b.gA, gfree = b.gB;
                 for (int h = N.H - 2; h >= 0; h--) {
-                    rows(N.head[h], true, TN_EPI_DSILU, g, g2, NULL, h > 0 ? b.hpre + off[h - 1] : b.oyl);
-                    real* t = g;
-                    g = g2, g2 = t;
+                    rows(N.head[h], true, TN_EPI_DSILU, gz, gfree, NULL, h > 0 ? b.hpre + off[h - 1] : b.oyl);
+                    real* t = gz;
+                    gz = gfree, gfree = t;
                 }
-                rows(N.linear, true, TN_EPI_NONE, g, g2, NULL, NULL);
-                gy = g2;
             }
-            launch_k(pdl, k_tn_out_b<real>, dim3(n), dim3(TN_THREADS), s->smem, stream, N, b, gy);
+            /* the linear backward and the LayerNorm's */
+            if (s->linear) {
+                launch_k(pdl, k_tn_out_b<real, true>, dim3(n), dim3(TN_THREADS), lin_smem, stream, N, b, (const real*)gz);
+            } else {
+                rows(N.linear, true, TN_EPI_NONE, gz, gfree, NULL, NULL);
+                launch_k(pdl, k_tn_out_b<real, false>, dim3(n), dim3(TN_THREADS), s->smem, stream, N, b, (const real*)gfree);
+            }
             for (int l = N.L - 1; l >= 0; l--) {
                 chan(Ly[l].llt + 3, true, b.S3, b.S2);
                 launch_k(pdl, k_tn_b1<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
