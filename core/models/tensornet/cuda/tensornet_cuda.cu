@@ -63,7 +63,7 @@
 #define TN_BLOCKS_PER_SM 2         /* ... as many as give the GPU this many blocks per SM (few atoms) */
 #define TN_HEAD_THREADS 128        /* k_tn_head: threads per atom (block) */
 #define TN_LINEAR_ATOMS 64         /* the output linear inside k_tn_out_a and k_tn_out_b for up to this many atoms (a block per atom with all its weights: 220 atoms measured slower), where its weights fit in shared memory */
-#define TN_HEAD_ATOMS 1024         /* k_tn_head for up to this many atoms, where its weights fit in shared memory, else the row GEMMs */
+#define TN_HEAD_ATOMS 256          /* k_tn_head for up to this many atoms (a block per atom, each copying the weights: 774 atoms measured slower), where its weights fit in shared memory, else the row GEMMs */
 #define TN_CLUSTER_SUM 1           /* ... each atom's blocks one thread-block cluster: their sums added through shared memory (sm_90) */
 
 static constexpr int tn_edge_unroll = TN_EDGE_UNROLL; /* as #pragma unroll takes it */
