@@ -23,7 +23,7 @@
  *               edge) and the forces
  *               (k_tn_gather: per atom, in double, no atomics; the last member's to the caller)
  *   finish      per-batch energies in a fixed order, the total, error flags to mapped host memory
- *               (tn_finish: block 0 of the last k_tn_gather, or k_tn_finish without forces)
+ *               (tn_sums, tn_flags: block 0 of the last k_tn_gather, or k_tn_finish without forces)
  * The channel linears (W_I, W_A, W_S on the irreducible parts) are GEMMs over all atoms (k_tn_chan*);
  * the per-atom kernels run one block of TN_THREADS threads per atom, threads over the F channels,
  * each thread summing its channels over the edges in registers; with the tables and few atoms (fewer
@@ -2038,15 +2038,33 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(
    the lanes' sums are added in a fixed tree order, in double, and added to the member sum in member
    order. The last member rounds each atom's sum once to the caller's format (out: fixed-point at
    force_index with the stride, or double xyz); the others leave it in force. */
-template <typename real> __device__ __forceinline__ void edge_force(const TnBuf<real>& b, int i, int s, double factor, double (&f)[3]) {
-    const size_t e = (size_t)i * (b.cap + 1) + s;
+template <typename real> struct EdgeAt { /* an edge and its geometry, for edge_force */
+    size_t e;
     double d;
     real u[3];
-    edge_geometry(b, i, s, &d, u);
-    const double gd = b.gd[e];
-    const double gu[3] = {b.gu[e * 3], b.gu[e * 3 + 1], b.gu[e * 3 + 2]};
-    const double gu_u = gu[0] * u[0] + gu[1] * u[1] + gu[2] * u[2];
-    for (int c = 0; c < 3; c++) f[c] = factor * (gd * u[c] + (gu[c] - gu_u * u[c]) / d);
+};
+template <typename real> __device__ __forceinline__ EdgeAt<real> edge_at(const TnBuf<real>& b, int i, int s) {
+    EdgeAt<real> g;
+    g.e = (size_t)i * (b.cap + 1) + s;
+    edge_geometry(b, i, s, &g.d, g.u);
+    return g;
+}
+template <typename real> __device__ __forceinline__ void edge_force(const TnBuf<real>& b, const EdgeAt<real>& g, double factor, double (&f)[3]) {
+    const double gd = b.gd[g.e];
+    const double gu[3] = {b.gu[g.e * 3], b.gu[g.e * 3 + 1], b.gu[g.e * 3 + 2]};
+    const double gu_u = gu[0] * g.u[0] + gu[1] * g.u[1] + gu[2] * g.u[2];
+    for (int c = 0; c < 3; c++) f[c] = factor * (gd * g.u[c] + (gu[c] - gu_u * g.u[c]) / g.d);
+}
+/* The slot (1 + its index) of i in j's neighbour list (symmetric, in index order: bisection), or 0. */
+template <typename real> __device__ __forceinline__ int partner_slot(const TnBuf<real>& b, int i, int j) {
+    const int* list = b.nbr_j + (size_t)j * b.cap;
+    int lo = 0, hi = b.nbr_n[j] - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (list[mid] < i) lo = mid + 1;
+        else hi = mid;
+    }
+    return hi >= 0 && list[lo] == i ? 1 + lo : 0;
 }
 struct TnForcesOut {
     void* out; /* NULL: not the last member */
@@ -2054,7 +2072,7 @@ struct TnForcesOut {
     const int* force_index;
     long long stride;
 };
-/* What the end of an evaluation needs (tn_finish). */
+/* What the end of an evaluation needs (tn_sums, tn_flags). */
 struct TnFinish {
     const double* atom_e;
     const int *order, *batch_start;
@@ -2064,9 +2082,12 @@ struct TnFinish {
     void* energy;
     int *flags, *host_flags;
 };
-/* Per-batch energies in atom order, the total, the error flags (only raised ones reach the host);
-   one whole block, after every member's atom energies and every flag (it reads nothing else). */
-__device__ void tn_finish(const TnFinish& e) {
+/* The end of an evaluation, by one whole block, in two parts. tn_sums: the per-batch energies in
+   atom order (into batch_e) and their total (returned to thread 0); it reads only the atom energies,
+   complete after the last member's head, and the batch layout. tn_flags, after every kernel of the
+   evaluation that may raise a flag: the total into the caller's energy, the error flags (only raised
+   ones reach the host). */
+__device__ double tn_sums(const TnFinish& e) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     for (int bt = warp; bt < e.n_batches; bt += warps) {
         const int q0 = e.batch_start[bt], q1 = e.batch_start[bt + 1];
@@ -2075,53 +2096,68 @@ __device__ void tn_finish(const TnFinish& e) {
         for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
         if (lane == 0) e.batch_e[bt] = (q1 > q0 ? s + e.mean : 0.0) * e.unit;
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0;
+    __syncthreads(); /* batch_e complete */
+    double total = 0;
+    if (threadIdx.x == 0)
         for (int bt = 0; bt < e.n_batches; bt++) total += e.batch_e[bt];
-        const bool finite = isfinite(total);
-        if (!finite) e.flags[TN_FLAG_ENERGY] = 1;
-        if (e.energy != NULL && finite) {
-            if (e.energy_is_double) *(double*)e.energy += total;
-            else *(float*)e.energy += (float)total;
-        }
-        for (int k = 0; k < TN_FLAGS; k++)
-            if (e.flags[k] != (k == TN_FLAG_NONFINITE ? 0x7fffffff : 0)) {
-                e.host_flags[k] = e.flags[k];
-                e.flags[k] = k == TN_FLAG_NONFINITE ? 0x7fffffff : 0;
-            }
+    return total;
+}
+__device__ void tn_flags(const TnFinish& e, double total) {
+    if (threadIdx.x != 0) return;
+    const bool finite = isfinite(total);
+    if (!finite) e.flags[TN_FLAG_ENERGY] = 1;
+    if (e.energy != NULL && finite) {
+        if (e.energy_is_double) *(double*)e.energy += total;
+        else *(float*)e.energy += (float)total;
     }
+    for (int k = 0; k < TN_FLAGS; k++)
+        if (e.flags[k] != (k == TN_FLAG_NONFINITE ? 0x7fffffff : 0)) {
+            e.host_flags[k] = e.flags[k];
+            e.flags[k] = k == TN_FLAG_NONFINITE ? 0x7fffffff : 0;
+        }
 }
 /* Per atom (a warp): its edges' forces and its partners' edges' forces on it, in double; with fin
-   (the last member), block 0 then ends the evaluation (tn_finish), a launch fewer. */
+   (the last member), block 0 then ends the evaluation (tn_flags), a launch fewer. What does not
+   depend on the previous kernel comes before the wait: the geometry of each lane's first edge and of
+   its partner edge and the partner's slot (the neighbour lists), and block 0's tn_sums (the atom
+   energies, complete since the head). */
 template <typename real>
 __global__ void k_tn_gather(const TnBuf<real> b, double factor, double* __restrict__ force, const TnForcesOut fo, const TnFinish fin,
                             int with_finish) {
-    pdl_start();
     const int i = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    const int ns = i < b.n ? b.nbr_n[i] : 0;
+    EdgeAt<real> g0 = {}, g1 = {}; /* neighbour lane of i, and its partner edge (when p1) */
+    int p1 = 0;
+    if (lane < ns) {
+        g0 = edge_at(b, i, 1 + lane);
+        const int j = b.nbr_j[(size_t)i * b.cap + lane];
+        p1 = partner_slot(b, i, j);
+        if (p1) g1 = edge_at(b, j, p1);
+    }
+    const double total = with_finish && blockIdx.x == 0 ? tn_sums(fin) : 0.0;
+    pdl_start();
     if (i < b.n) { /* whole warps */
-        const int ns = b.nbr_n[i];
-        double f[3] = {0, 0, 0}, fe[3];
+        double f[3] = {0, 0, 0}, fe[3], prev[3] = {0, 0, 0};
+        if (lane == 0)
+            for (int c = 0; c < 3; c++) prev[c] = force[3 * (size_t)i + c];
         for (int k = lane; k < ns; k += 32) {
-            edge_force(b, i, 1 + k, factor, fe);
-            for (int c = 0; c < 3; c++) f[c] += fe[c];
-            const int j = b.nbr_j[(size_t)i * b.cap + k];
-            const int* list = b.nbr_j + (size_t)j * b.cap;
-            int lo = 0, hi = b.nbr_n[j] - 1;
-            while (lo < hi) { /* the slot of i in j's list */
-                const int mid = (lo + hi) / 2;
-                if (list[mid] < i) lo = mid + 1;
-                else hi = mid;
+            if (k > lane) {
+                g0 = edge_at(b, i, 1 + k);
+                const int j = b.nbr_j[(size_t)i * b.cap + k];
+                p1 = partner_slot(b, i, j);
+                if (p1) g1 = edge_at(b, j, p1);
             }
-            if (hi >= 0 && list[lo] == i) {
-                edge_force(b, j, 1 + lo, factor, fe);
+            edge_force(b, g0, factor, fe);
+            for (int c = 0; c < 3; c++) f[c] += fe[c];
+            if (p1) {
+                edge_force(b, g1, factor, fe);
                 for (int c = 0; c < 3; c++) f[c] -= fe[c];
             }
         }
         for (int o = 16; o > 0; o >>= 1)
             for (int c = 0; c < 3; c++) f[c] += __shfl_down_sync(0xffffffffu, f[c], o);
         if (lane == 0) {
-            for (int c = 0; c < 3; c++) f[c] += force[3 * (size_t)i + c];
+            for (int c = 0; c < 3; c++) f[c] += prev[c];
             if (fo.out == NULL)
                 for (int c = 0; c < 3; c++) force[3 * (size_t)i + c] = f[c];
             else if (!fo.fixed)
@@ -2130,13 +2166,13 @@ __global__ void k_tn_gather(const TnBuf<real> b, double factor, double* __restri
                 for (int c = 0; c < 3; c++) add_fixed((unsigned long long*)fo.out + (size_t)fo.force_index[i] + c * fo.stride, f[c]);
         }
     }
-    if (with_finish && blockIdx.x == 0) tn_finish(fin);
+    if (with_finish && blockIdx.x == 0) tn_flags(fin, total);
 }
 
-/* The end of an evaluation without forces (or atoms): tn_finish alone. */
+/* The end of an evaluation without forces (or atoms): tn_sums and tn_flags. */
 __global__ void __launch_bounds__(256) k_tn_finish(const TnFinish fin) {
     pdl_start();
-    tn_finish(fin);
+    tn_flags(fin, tn_sums(fin));
 }
 
 /* ------------------------------------------------------------------ host side */
