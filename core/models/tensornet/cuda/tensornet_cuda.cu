@@ -1471,13 +1471,18 @@ __global__ void k_tn_out_e(const TnNet<real> N, const TnBuf<real> b, const real*
 /* k_tn_head's shared memory in reals: the hidden layers' weights (wt, w), the last layer's energy
    row; the atom's input and the linear's pre-activation, each hidden layer's pre-activation and
    activation, two gradients, the partial sums. */
-template <typename real> __host__ __device__ size_t head_reals(const TnNet<real>& N) {
-    size_t w = 0, per = 2 * (size_t)N.head[0].n_in, wide = 0;
-    for (int h = 0; h < N.H; h++) {
+/* the head's widest input */
+template <typename real> __host__ __device__ size_t head_wide(const TnNet<real>& N) {
+    size_t wide = 0;
+    for (int h = 0; h < N.H; h++)
         if ((size_t)N.head[h].n_in > wide) wide = (size_t)N.head[h].n_in;
-        if (h + 1 < N.H) w += 2 * smem_round((size_t)N.head[h].n_in * N.head[h].n_out), per += 2 * (size_t)N.head[h].n_out;
-    }
-    return w + smem_round((size_t)N.head[N.H - 1].n_in) + per + 2 * wide + TN_HEAD_THREADS;
+    return wide;
+}
+template <typename real> __host__ __device__ size_t head_reals(const TnNet<real>& N) {
+    size_t w = 0, per = 2 * (size_t)N.head[0].n_in;
+    for (int h = 0; h + 1 < N.H; h++)
+        w += 2 * smem_round((size_t)N.head[h].n_in * N.head[h].n_out), per += 2 * (size_t)N.head[h].n_out;
+    return w + smem_round((size_t)N.head[N.H - 1].n_in) + per + 2 * head_wide(N) + TN_HEAD_THREADS;
 }
 /* y[o] = Σ_k w[k · no + o] x[k] for o < no, k < nk (forward: w = wt; backward: w, n_out × n_in, its
    inputs the outputs o), then out(o, y[o]), by the block:
@@ -1525,9 +1530,7 @@ __global__ void __launch_bounds__(TN_HEAD_THREADS) k_tn_head(const TnNet<real> N
     real* wl = p;
     copy_async(wl, Ll.w + (size_t)(Ll.n_out - 1) * nl, (size_t)nl);
     p += smem_round((size_t)nl);
-    size_t wide = 0;
-    for (int h = 0; h < H; h++)
-        if ((size_t)N.head[h].n_in > wide) wide = (size_t)N.head[h].n_in;
+    const size_t wide = head_wide(N);
     real *x0 = p, *y0 = x0 + ni0; /* y0: the linear's pre-activation (oyl), for the backward's last step */
     cp_async_commit();
     pdl_start();
