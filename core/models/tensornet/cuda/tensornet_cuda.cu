@@ -30,7 +30,8 @@
  * than TN_BLOCKS_PER_SM blocks per SM), the per-edge kernels run up to TN_EDGE_GROUPS blocks per
  * atom, each every G-th edge, and the last block of an atom adds the groups' sums in group order
  * (group_sum); the per-channel steps after a linear (x0_step, update_step, bx_step) run one thread
- * per atom channel (k_tn_step). Every kernel but the first is a programmatic dependent launch
+ * per atom channel (k_tn_step; update_step and bx_step, for few atoms in float32, inside their
+ * linear's launch: k_tn_chan_step). Every kernel but the first is a programmatic dependent launch
  * (TN_PDL), and no memset lies between them; before its wait (pdl_start) a GEMM loads its first
  * chunk of weights, and an edge kernel that does not follow k_tn_neighbors directly compacts its
  * first chunk of edges (see pdl_wait: what kernels before the predecessor wrote may be read).
@@ -65,10 +66,12 @@
 #define TN_LINEAR_ATOMS 64         /* the output linear inside k_tn_out_a and k_tn_out_b for up to this many atoms (a block per atom with all its weights: 220 atoms measured slower), where its weights fit in shared memory */
 #define TN_HEAD_ATOMS 256          /* k_tn_head for up to this many atoms (a block per atom, each copying the weights: 774 atoms measured slower), where its weights fit in shared memory, else the row GEMMs */
 #define TN_CLUSTER_SUM 1           /* ... each atom's blocks one thread-block cluster: their sums added through shared memory (sm_90) */
+#define TN_CHAN_STEP_ATOMS 64      /* float32: up to this many atoms a channel linear and the per-channel step after it are one launch (k_tn_chan_step; 16 outputs per block up to 256 atoms measured slower) */
 
 static constexpr int tn_edge_unroll = TN_EDGE_UNROLL; /* as #pragma unroll takes it */
 
 #define TN_NI 10 /* irreducible components per channel: I (1), A (3), S (6) */
+#define TN_ALL_ATOMS 5 /* k_tn_chan_step: atoms per block (their 5, 15 and 30 rows of the three parts fill 1, 1 and 2 tiles of 16) */
 /* The part (0: I, 1: A, 2: S) of component c; a constant where loops over c unroll. */
 __device__ __forceinline__ constexpr int part_of(int c) { return c == 0 ? 0 : (c < 4 ? 1 : 2); }
 
@@ -782,42 +785,65 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-template <int K, int J>
+/* k_tn_chan_step's tiles (ALL): TN_ALL_ATOMS atoms' rows of all three parts, one 16-row tile of
+   part 0 (rows 0-15), one of part 1 (16-31), two of part 2 (32-63); row r's slot (atom · TN_NI +
+   component, the atom counted from the block's first), or −1 for a padding row */
+static_assert(TN_ALL_ATOMS <= 16 && 3 * TN_ALL_ATOMS <= 16 && 6 * TN_ALL_ATOMS <= 32, "k_tn_chan_step's atoms fill its tiles");
+__device__ __forceinline__ int tile_slot(int r) {
+    if (r < 16) return r < TN_ALL_ATOMS ? r * TN_NI : -1;
+    if (r < 32) return r - 16 < 3 * TN_ALL_ATOMS ? (r - 16) / 3 * TN_NI + 1 + (r - 16) % 3 : -1;
+    return r - 32 < 6 * TN_ALL_ATOMS ? (r - 32) / 6 * TN_NI + 4 + (r - 32) % 6 : -1;
+}
+template <int K, int J, bool ALL = false>
 __device__ __forceinline__ void chan_tc_block(const ChanW<float>& W, int F, const float* __restrict__ in, float* __restrict__ out, int n,
                                               int bx, int by, int bz) {
     constexpr int OW = 8 * J; /* outputs per block */
     constexpr int AP = K + 4, BP = OW + 4, NX = 64 * K / 128, NM = K * OW / 128; /* BP: 8-byte reads of rows t .. t + 3 in distinct banks */
+    constexpr int NP = ALL ? 3 : 1; /* the parts whose weights a block holds */
     static_assert(NM * 128 == K * OW, "the weights' chunk fills the block");
     __shared__ __align__(16) float as[64 * AP];
-    __shared__ __align__(16) float2 bs[K * BP];
+    __shared__ __align__(16) float2 bs[NP * K * BP];
     const int p = bz, nc = p == 0 ? 1 : (p == 1 ? 3 : 6), c0 = p == 0 ? 0 : (p == 1 ? 1 : 4);
-    const int rows = n * nc, r0 = bx * 64, o0 = by * OW;
+    const int rows = ALL ? n : n * nc, r0 = ALL ? bx * TN_ALL_ATOMS : bx * 64, o0 = by * OW;
     if (r0 >= rows) return; /* the grid covers the largest part */
-    const float2* M = (const float2*)(p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2]));
+    const float2* M[NP];
+    for (int q = 0; q < NP; q++) M[q] = (const float2*)(ALL ? W.m[q] : (p == 0 ? W.m[0] : (p == 1 ? W.m[1] : W.m[2])));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const size_t F10 = (size_t)TN_NI * F;
     float xr[NX];
-    float2 mr[NM];
+    float2 mr[NP][NM];
     /* thread (warp, lane) loads rows warp + 4 (r % 16) at k0 + 32 (r / 16) + lane, and M's rows
        k0 + 128 / OW · r + threadIdx / OW at o0 + threadIdx % OW (OW = 32: rows warp + 4r at o0 + lane);
        each row's inputs found once per block (xrow: one division by the component count per row,
-       not one per load), the weights by a pointer stepped over M's rows */
+       not one per load), the weights by a pointer stepped over M's rows. ALL: warp 0's rows are
+       part 0's, warp 1's part 1's, warps 2 and 3 part 2's, of atoms r0 .. r0 + TN_ALL_ATOMS − 1
+       (tile_slot) */
     constexpr int MR = 128 / OW; /* M's rows per round */
     const int mrow = threadIdx.x / OW, mcol = threadIdx.x % OW;
     __shared__ long long xrow[64]; /* where the block's rows' inputs start in in, −1 past the part's rows */
     if (threadIdx.x < 64) {
-        const int row = r0 + threadIdx.x;
-        xrow[threadIdx.x] = row < rows ? (long long)((size_t)(row / nc) * F10 + (size_t)(c0 + row % nc) * F) : -1;
+        long long x = -1;
+        if (ALL) {
+            const int s = tile_slot(threadIdx.x), a = r0 + s / TN_NI;
+            if (s >= 0 && a < n) x = (long long)((size_t)a * F10 + (size_t)(s % TN_NI) * F);
+        } else {
+            const int row = r0 + threadIdx.x;
+            if (row < rows) x = (long long)((size_t)(row / nc) * F10 + (size_t)(c0 + row % nc) * F);
+        }
+        xrow[threadIdx.x] = x;
     }
     const size_t mstep = (size_t)MR * F;
     auto fetch_m = [&](int k0) {
         const int o = o0 + mcol;
-        const float2* mp = M + (size_t)(k0 + mrow) * F + o;
 #pragma unroll
-        for (int r = 0; r < NM; r++, mp += mstep) {
-            const int kk = k0 + mrow + MR * r;
-            mr[r] = make_float2(0.0f, 0.0f);
-            if (kk < F && o < F) mr[r] = *mp;
+        for (int q = 0; q < NP; q++) {
+            const float2* mp = M[q] + (size_t)(k0 + mrow) * F + o;
+#pragma unroll
+            for (int r = 0; r < NM; r++, mp += mstep) {
+                const int kk = k0 + mrow + MR * r;
+                mr[q][r] = make_float2(0.0f, 0.0f);
+                if (kk < F && o < F) mr[q][r] = *mp;
+            }
         }
     };
     auto fetch_x = [&](int k0) {
@@ -843,9 +869,12 @@ __device__ __forceinline__ void chan_tc_block(const ChanW<float>& W, int F, cons
 #pragma unroll
         for (int r = 0; r < NX; r++) as[(warp + 4 * (r % 16)) * AP + 32 * (r / 16) + lane] = xr[r];
 #pragma unroll
-        for (int r = 0; r < NM; r++) bs[(mrow + MR * r) * BP + mcol] = mr[r];
+        for (int q = 0; q < NP; q++)
+#pragma unroll
+            for (int r = 0; r < NM; r++) bs[q * K * BP + (mrow + MR * r) * BP + mcol] = mr[q][r];
         __syncthreads();
         if (k0 + K < F) fetch_m(k0 + K), fetch_x(k0 + K);
+        const float2* B = bs + (ALL ? (warp < 2 ? warp : 2) * K * BP : 0); /* this warp's part's weights */
 #pragma unroll
         for (int ks = 0; ks < K; ks += 8) {
             const float* A0 = as + (16 * warp + g) * AP + ks + t;
@@ -855,7 +884,7 @@ __device__ __forceinline__ void chan_tc_block(const ChanW<float>& W, int F, cons
             for (int q = 0; q < 4; q++) ahi[q] = tf32_hi(x[q]), alo[q] = tf32_hi(x[q] - __uint_as_float(ahi[q]));
 #pragma unroll
             for (int j = 0; j < J; j++) {
-                const float2 w0 = bs[(ks + t) * BP + 8 * j + g], w1 = bs[(ks + t + 4) * BP + 8 * j + g];
+                const float2 w0 = B[(ks + t) * BP + 8 * j + g], w1 = B[(ks + t + 4) * BP + 8 * j + g];
                 const unsigned h0 = __float_as_uint(w0.x), h1 = __float_as_uint(w1.x);
                 const unsigned l0 = __float_as_uint(w0.y), l1 = __float_as_uint(w1.y);
                 mma_tf32(acc[j], alo, h0, h1);
@@ -866,6 +895,13 @@ __device__ __forceinline__ void chan_tc_block(const ChanW<float>& W, int F, cons
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
+        if (ALL) { /* out: shared, TN_ALL_ATOMS × TN_NI × OW, (atom, component, output) */
+            const int s = tile_slot(16 * warp + g + 8 * h);
+            if (s < 0) continue;
+#pragma unroll
+            for (int j = 0; j < J; j++) out[s * OW + 8 * j + 2 * t] = acc[j][2 * h], out[s * OW + 8 * j + 2 * t + 1] = acc[j][2 * h + 1];
+            continue;
+        }
         const int row = r0 + 16 * warp + g + 8 * h;
         if (row >= rows) continue;
         float* o_row = out + (size_t)(row / nc) * F10 + (size_t)(c0 + row % nc) * F;
@@ -1906,6 +1942,28 @@ template <typename real, int STEP> __global__ void k_tn_step(const TnNet<real> N
     if (STEP == TN_CH_BX) bx_step(N, b, l, i, f, t);
 }
 
+/* float32, few atoms (TN_CHAN_STEP_ATOMS): a channel linear and the per-channel step after it
+   (TN_CH_UPDATE or TN_CH_BX) as one launch, one link fewer in the chain: a block computes the
+   outputs o0 .. o0 + 8J − 1 of all
+   three parts of TN_ALL_ATOMS atoms (chan_tc_block's ALL tiles: the same sums, so the same bits as
+   k_tn_chan_tc) into shared memory, then a thread per atom channel runs the step on them; the
+   linear's outputs are not stored (only the step reads them). */
+static_assert(TN_CHAN_STEP_ATOMS <= TN_CHAN_NARROW_ATOMS, "k_tn_chan_step runs the narrow tiles");
+template <int K, int J, int STEP>
+__global__ void __launch_bounds__(128) k_tn_chan_step(const ChanW<float> W, const TnNet<float> N, const TnBuf<float> b, const float* __restrict__ in, int l) {
+    constexpr int OW = 8 * J;
+    __shared__ float tb[TN_ALL_ATOMS * TN_NI * OW];
+    chan_tc_block<K, J, true>(W, N.F, in, tb, b.n, blockIdx.x, blockIdx.y, 0);
+    __syncthreads();
+    const int a = threadIdx.x / OW, o = threadIdx.x % OW, i = blockIdx.x * TN_ALL_ATOMS + a, f = blockIdx.y * OW + o;
+    if (a >= TN_ALL_ATOMS || i >= b.n || f >= N.F) return;
+    float t[TN_NI];
+#pragma unroll
+    for (int c = 0; c < TN_NI; c++) t[c] = tb[(a * TN_NI + c) * OW + o];
+    if (STEP == TN_CH_UPDATE) update_step(N, b, l, i, f, t);
+    if (STEP == TN_CH_BX) bx_step(N, b, l, i, f, t);
+}
+
 /* Embedding backward part 2, atom i (block), after the channel linear elt's backward (dE/dT's parts
    in S2): dE/dXe, then dE/dd and dE/du of i's edges. */
 template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(const TnNet<real> N, const TnBuf<real> b) {
@@ -2129,14 +2187,15 @@ __global__ void k_tn_gather(const TnBuf<real> b, double factor, double* __restri
                             int with_finish) {
     const int i = (int)(((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
     const int ns = i < b.n ? b.nbr_n[i] : 0;
-    EdgeAt<real> g0 = {}, g1 = {}; /* neighbour lane of i, and its partner edge (when p1) */
+    EdgeAt<real> g0 = {}, g1 = {}; /* neighbour k of i, and its partner edge (when p1) */
     int p1 = 0;
-    if (lane < ns) {
-        g0 = edge_at(b, i, 1 + lane);
-        const int j = b.nbr_j[(size_t)i * b.cap + lane];
+    auto find = [&](int k) {
+        g0 = edge_at(b, i, 1 + k);
+        const int j = b.nbr_j[(size_t)i * b.cap + k];
         p1 = partner_slot(b, i, j);
         if (p1) g1 = edge_at(b, j, p1);
-    }
+    };
+    if (lane < ns) find(lane);
     const double total = with_finish && blockIdx.x == 0 ? tn_sums(fin) : 0.0;
     pdl_start();
     if (i < b.n) { /* whole warps */
@@ -2144,12 +2203,7 @@ __global__ void k_tn_gather(const TnBuf<real> b, double factor, double* __restri
         if (lane == 0)
             for (int c = 0; c < 3; c++) prev[c] = force[3 * (size_t)i + c];
         for (int k = lane; k < ns; k += 32) {
-            if (k > lane) {
-                g0 = edge_at(b, i, 1 + k);
-                const int j = b.nbr_j[(size_t)i * b.cap + k];
-                p1 = partner_slot(b, i, j);
-                if (p1) g1 = edge_at(b, j, p1);
-            }
+            if (k > lane) find(k);
             edge_force(b, g0, factor, fe);
             for (int c = 0; c < 3; c++) f[c] += fe[c];
             if (p1) {
@@ -2747,6 +2801,15 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             };
             /* a channel linear and the per-channel step after it (TN_CH_*) */
             auto chan_step = [&](const Lin<real>* W, bool backward, int epi, const real* in, real* out, int l) {
+                if constexpr (sizeof(real) == sizeof(float)) {
+                    if (n <= TN_CHAN_STEP_ATOMS) { /* one launch; out is not written */
+                        const ChanW<real> M = chan_w(W, backward);
+                        const dim3 grid((unsigned)((n + TN_ALL_ATOMS - 1) / TN_ALL_ATOMS), (unsigned)((N.F + 7) / 8));
+                        launch_k(pdl, epi == TN_CH_UPDATE ? k_tn_chan_step<64, 1, TN_CH_UPDATE> : k_tn_chan_step<64, 1, TN_CH_BX>, grid, dim3(128), 0,
+                                 stream, M, N, b, in, l);
+                        return;
+                    }
+                }
                 chan(W, backward, in, out);
                 if (epi == TN_CH_UPDATE)
                     launch_k(pdl, k_tn_step<real, TN_CH_UPDATE>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, l);
