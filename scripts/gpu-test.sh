@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|multidevice|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|multidevice|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|timeline|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -243,6 +243,20 @@ for step in "${steps[@]}"; do
   bench-tensornet)
     [ -f "$d/tensornet-bench.nnpm" ] || xz -dc "$d/tensornet-bench.nnpm.xz" > "$d/tensornet-bench.nnpm"
     OPENMM_PLUGIN_DIR="$OPENMM_DIR/lib/plugins" "$root/build-gpu/bench/bench_nnp" "$d/shared" --model="$d/tensornet-bench.nnpm" ${BENCH_SIZES:-1 10 100} 2>&1 | tee "$out/bench-tensornet.txt" ;;
+  timeline)
+    # where a TensorNet step's time goes: a copy of this tree built with TN_TIMELINE 1 (block 0 of
+    # every launch stamps its start and the end of its wait) runs bench_nnp at TIMELINE_SIZES
+    # (default "1 10") on BENCH_MODEL (default the AceFF-sized model); scripts/tn-timeline.py sums
+    # the launches of a step
+    [ -f "$d/tensornet-bench.nnpm" ] || xz -dc "$d/tensornet-bench.nnpm.xz" > "$d/tensornet-bench.nnpm"
+    t=/tmp/tn-timeline; rm -rf "$t"; mkdir -p "$t"
+    (cd "$root" && tar cf - --exclude=./build-gpu .) | tar xf - -C "$t"
+    sed -i 's/^#define TN_TIMELINE 0 /#define TN_TIMELINE 1 /' "$t/core/models/tensornet/cuda/tensornet_cuda.cu"
+    OUT=/tmp/tn-timeline-out "$t/scripts/gpu-test.sh" build > "$out/timeline-build.log" 2>&1
+    OPENMM_PLUGIN_DIR="$t/.device/omm/OpenMM.libs/lib/plugins" "$t/build-gpu/bench/bench_nnp" "$d/shared" \
+      --model="${BENCH_MODEL:-$d/tensornet-bench.nnpm}" ${TIMELINE_SIZES:-1 10} > "$out/timeline.txt" 2>&1
+    echo "timeline: bench_nnp exit $?"
+    python3 "$root/scripts/tn-timeline.py" "$out/timeline.txt" ;;
   drift-tensornet)
     # NVE drift of DRIFT_MOLECULES (default 100) drug-like molecules with the AceFF-sized benchmark model
     [ -f "$d/tensornet-bench.nnpm" ] || xz -dc "$d/tensornet-bench.nnpm.xz" > "$d/tensornet-bench.nnpm"

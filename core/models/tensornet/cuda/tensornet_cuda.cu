@@ -67,8 +67,52 @@
 #define TN_HEAD_ATOMS 256          /* k_tn_head for up to this many atoms (a block per atom, each copying the weights: 774 atoms measured slower), where its weights fit in shared memory, else the row GEMMs */
 #define TN_CLUSTER_SUM 1           /* ... each atom's blocks one thread-block cluster: their sums added through shared memory (sm_90) */
 #define TN_CHAN_STEP_ATOMS 64      /* float32: up to this many atoms a channel linear and the per-channel step after it are one launch (k_tn_chan_step; 16 outputs per block up to 256 atoms measured slower) */
+#define TN_TIMELINE 0              /* diagnostic only: 1 records each launch's start and the end of its wait (block 0, globaltimer) and prints the last 90 to stderr when a plan is freed (scripts/gpu-test.sh timeline) */
 
 static constexpr int tn_edge_unroll = TN_EDGE_UNROLL; /* as #pragma unroll takes it */
+
+#if TN_TIMELINE
+#include <stdio.h>
+/* Per launch (in launch order, a ring of 256): when block 0 started and when its wait for the
+   predecessor returned. A launch's "wait to the next wait" is its time on the chain of launches:
+   from its predecessor's end to its own (scripts/tn-timeline.py). */
+__device__ unsigned long long tn_tl_t[2][256];
+__device__ unsigned tn_tl_n;
+__device__ __forceinline__ unsigned long long tn_clock() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ void tn_pdl_start() {
+    const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0;
+    const unsigned long long t0 = first ? tn_clock() : 0;
+    pdl_wait();
+    if (first) {
+        const unsigned long long t1 = tn_clock();
+        const unsigned k = atomicAdd(&tn_tl_n, 1u) % 256;
+        tn_tl_t[0][k] = t0, tn_tl_t[1][k] = t1;
+    }
+    pdl_trigger();
+}
+#define pdl_start tn_pdl_start
+static void tn_timeline_print(int n) {
+    unsigned long long t[2][256];
+    unsigned c = 0;
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(t, tn_tl_t, sizeof t) != cudaSuccess ||
+        cudaMemcpyFromSymbol(&c, tn_tl_n, sizeof c) != cudaSuccess) {
+        fprintf(stderr, "TL: no timeline (%s)\n", cudaGetErrorString(cudaGetLastError()));
+        return;
+    }
+    fprintf(stderr, "TL atoms %d launches %u\n", n, c);
+    for (unsigned q = c >= 90 ? c - 90 : 1; q + 1 < c; q++) {
+        const unsigned k = q % 256, kp = (q - 1) % 256, kn = (q + 1) % 256;
+        fprintf(stderr, "TL %u start-after-prev-wait %.2f waited %.2f this-wait-to-next-wait %.2f\n", q, (double)(t[0][k] - t[1][kp]) / 1e3,
+                (double)(t[1][k] - t[0][k]) / 1e3, (double)(t[1][kn] - t[1][k]) / 1e3);
+    }
+    const unsigned zero = 0;
+    cudaMemcpyToSymbol(tn_tl_n, &zero, sizeof zero);
+}
+#endif
 
 #define TN_NI 10 /* irreducible components per channel: I (1), A (3), S (6) */
 #define TN_ALL_ATOMS 5 /* k_tn_chan_step: atoms per block (their 5, 15 and 30 rows of the three parts fill 1, 1 and 2 tiles of 16) */
@@ -2280,6 +2324,9 @@ static void tn_state_free(tn_cuda_state* s) {
     if (s == NULL) return;
     CUcontext pushed = NULL;
     if (s->context != NULL && nnp_cuda_driver.loaded) nnp_cuda_driver.ctxPushCurrent(s->context), pushed = s->context;
+#if TN_TIMELINE
+    tn_timeline_print(s->n);
+#endif
     void* dev[] = {s->weights, s->tables, s->ztab, s->atomref, s->z, s->batch, s->order, s->batch_start, s->particle, s->atom_of, s->force_index,
                    s->nbr_n, s->nbr_j, s->flags, s->pos, s->nbr_r, s->cq, s->work, s->atom_e, s->force, s->base.batch_energy,
                    s->split, s->split_count};
