@@ -7,7 +7,9 @@ the whole steps in the window: when block 0 started after the predecessor's wait
 long it then waited, and its time on the chain of launches, from the end of its wait to the end of
 the next launch's. A step starts at the launch that does not wait (k_tn_positions, an ordinary
 launch, after OpenMM's own kernels), so the last launch's time includes OpenMM's kernels up to the
-next step. The order of the launches is docs/cuda.md's kernel table.
+next step. The order of the launches is docs/cuda.md's kernel table. bench_nnp frees two plans per
+system: first that of its few direct libnnp evaluations (its "reduce" check), then its Context's,
+whose window holds the last replays of the graph.
 
 usage: tn-timeline.py FILE
 """
@@ -42,13 +44,13 @@ def main():
         idle = [r[1] < 0.1 for r in rows]
         period = next((n for n in range(2, len(rows) // 2 + 1) if all(idle[i] == idle[i + n] for i in range(len(rows) - n))), 0)
         if not period or not any(idle[:period]):
-            print("%d atoms: fewer than two whole steps in the window" % p["atoms"])
+            print("%d atoms, a plan of %d launches: fewer than two whole steps in the window" % (p["atoms"], p["launches"]))
             continue
         phase = max((k for k in range(period) if idle[k]), key=lambda k: rows[k][0])
         steps = list(range(phase, len(rows) - period + 1, period))
         mean = [[sum(rows[s + k][q] for s in steps) / len(steps) for q in range(3)] for k in range(period)]
-        print("%d atoms: %d launches per step, %d steps averaged, %.1f us on the chain" %
-              (p["atoms"], period, len(steps), sum(m[2] for m in mean)))
+        print("%d atoms, a plan of %d launches: %d launches per step, %d steps averaged, %.1f us on the chain" %
+              (p["atoms"], p["launches"], period, len(steps), sum(m[2] for m in mean)))
         print("  launch  start  waited  on the chain (us)")
         for k, m in enumerate(mean):
             print("  %6d  %5.2f  %6.2f  %6.2f" % (k, m[0], m[1], m[2]))
