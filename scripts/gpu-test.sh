@@ -253,6 +253,9 @@ for step in "${steps[@]}"; do
     (cd "$root" && tar cf - --exclude=./build-gpu .) | tar xf - -C "$t"
     sed -i 's/^#define TN_TIMELINE 0 /#define TN_TIMELINE 1 /' "$t/core/models/tensornet/cuda/tensornet_cuda.cu"
     OUT=/tmp/tn-timeline-out "$t/scripts/gpu-test.sh" build > "$out/timeline-build.log" 2>&1
+    if [ ! -x "$t/build-gpu/bench/bench_nnp" ]; then
+      echo "timeline: the TN_TIMELINE 1 build failed ($(grep -m 1 -E "error:" "$out/timeline-build.log"); log timeline-build.log)"; continue
+    fi
     OPENMM_PLUGIN_DIR="$t/.device/omm/OpenMM.libs/lib/plugins" "$t/build-gpu/bench/bench_nnp" "$d/shared" \
       --model="${BENCH_MODEL:-$d/tensornet-bench.nnpm}" ${TIMELINE_SIZES:-1 10} > "$out/timeline.txt" 2>&1
     echo "timeline: bench_nnp exit $?"
