@@ -67,6 +67,9 @@
 #define TN_HEAD_ATOMS 256          /* k_tn_head for up to this many atoms (a block per atom, each copying the weights: 774 atoms measured slower), where its weights fit in shared memory, else the row GEMMs */
 #define TN_CLUSTER_SUM 1           /* ... each atom's blocks one thread-block cluster: their sums added through shared memory (sm_90) */
 #define TN_CHAN_STEP_ATOMS 64      /* float32: up to this many atoms a channel linear and the per-channel step after it are one launch (k_tn_chan_step; 16 outputs per block up to 256 atoms measured slower) */
+#define TN_ROWS_SPLIT_ATOMS 256    /* float32 with clusters: up to this many atoms the row GEMMs split over k (k_tn_rows_split) */
+#define TN_ROWS_SPLIT_MAX 8        /* ... into at most this many parts (a cluster each tile) */
+#define TN_ROWS_SPLIT_K 128        /* ... where k is longer than this */
 #define TN_TIMELINE 0              /* diagnostic only: 1 records each launch's start and the end of its wait (block 0, globaltimer) and prints the last 90 to stderr when a plan is freed (scripts/gpu-test.sh timeline) */
 
 static constexpr int tn_edge_unroll = TN_EDGE_UNROLL; /* as #pragma unroll takes it */
@@ -1001,7 +1004,8 @@ __device__ __forceinline__ void rows_out(const RowsIO<real>& io, int n, int a0, 
         }
     }
 }
-template <typename real, int EPI, int K, int RW> __device__ __forceinline__ void rows_block(const RowsIO<real>& io, int n, int bx, int by) {
+template <typename real, int EPI, int K, int RW>
+__device__ __forceinline__ void rows_block(const RowsIO<real>& io, int n, int bx, int by, int kb = 0, int ke = 1 << 30, real* part = NULL) {
     typedef typename real4_of<real>::type real4;
     constexpr int BR = 4 * RW, NX = BR * K / 128, NM = K * 32 / 128; /* BR: rows per block */
     static_assert(NX * 128 == BR * K, "the inputs' chunk fills the block");
@@ -1038,17 +1042,18 @@ template <typename real, int EPI, int K, int RW> __device__ __forceinline__ void
         }
     };
     /* the first chunk of the weights (constant) while the predecessor drains, then the inputs */
-    fetch_m(0);
+    const int kend = min(io.kn, ke);
+    fetch_m(kb);
     pdl_start();
-    fetch_x(0);
-    for (int k0 = 0; k0 < io.kn; k0 += K) {
+    fetch_x(kb);
+    for (int k0 = kb; k0 < kend; k0 += K) {
         __syncthreads(); /* the previous chunk has been read */
 #pragma unroll
         for (int r = 0; r < NX; r++) xs[(warp + 4 * (r % RW)) * K + 32 * (r / RW) + lane] = xr[r];
 #pragma unroll
         for (int r = 0; r < NM; r++) ms[threadIdx.x + 128 * r] = mr[r];
         __syncthreads();
-        if (k0 + K < io.kn) fetch_m(k0 + K), fetch_x(k0 + K);
+        if (k0 + K < kend) fetch_m(k0 + K), fetch_x(k0 + K);
 #pragma unroll 2
         for (int k = 0; k < K; k += 4) {
             real w[4];
@@ -1066,10 +1071,40 @@ template <typename real, int EPI, int K, int RW> __device__ __forceinline__ void
             }
         }
     }
+    if (part != NULL) {
+#pragma unroll
+        for (int r = 0; r < RW; r++) part[r] = acc[r];
+        return;
+    }
     rows_out<real, EPI, RW>(io, n, r0 + warp * RW, o, acc);
 }
 template <typename real, int EPI, int K, int RW> __global__ void __launch_bounds__(128) k_tn_rows(const RowsIO<real> io, int n) {
     rows_block<real, EPI, K, RW>(io, n, blockIdx.x, blockIdx.y);
+}
+/* float32, few atoms (TN_ROWS_SPLIT_ATOMS, sm_90): k_tn_rows split over k, gridDim.z parts of
+   kpart (whole chunks of K) each, a tile's parts one thread-block cluster: parts 1.. store their
+   sums into slots of part 0's shared memory and leave, part 0 adds them in part order (the same bits
+   whatever the schedule) and runs the epilogue; a chain of kpart / K chunks instead of kn / K. */
+template <int EPI, int K, int RW> __global__ void __launch_bounds__(128) k_tn_rows_split(const RowsIO<float> io, int n, int kpart) {
+    __shared__ float slots[(TN_ROWS_SPLIT_MAX - 1) * RW * 128];
+    const int q = blockIdx.z, parts = gridDim.z;
+    cluster_arrive_relaxed(); /* started: the others may store into this block's slots after their wait */
+    float acc[RW];
+    rows_block<float, EPI, K, RW>(io, n, blockIdx.x, blockIdx.y, q * kpart, (q + 1) * kpart, acc);
+    cluster_wait(); /* every block has started */
+    if (q != 0) {
+#pragma unroll
+        for (int r = 0; r < RW; r++) cluster_store(slots + ((size_t)(q - 1) * RW + r) * 128 + threadIdx.x, 0, acc[r]);
+        cluster_arrive_release();
+        return;
+    }
+    cluster_arrive_release();
+    cluster_wait(); /* the other parts' sums are in the slots */
+    for (int p = 1; p < parts; p++)
+#pragma unroll
+        for (int r = 0; r < RW; r++) acc[r] += slots[((size_t)(p - 1) * RW + r) * 128 + threadIdx.x];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    rows_out<float, EPI, RW>(io, n, blockIdx.x * 4 * RW + warp * RW, blockIdx.y * 32 + lane, acc);
 }
 
 /* A channel linear and a row GEMM that do not depend on each other as one launch, one link fewer
@@ -2818,6 +2853,21 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             };
             auto rows = [&](const Lin<real>& Lw, bool backward, int epi, const real* in, real* out, real* out2, const real* aux) {
                 const RowsIO<real> io = rows_io(Lw, backward, in, out, out2, aux);
+                if constexpr (sizeof(real) == sizeof(float)) {
+                    if (s->clusters && n <= TN_ROWS_SPLIT_ATOMS && io.kn > TN_ROWS_SPLIT_K) { /* split over k, a chunk or more per part */
+                        const int chunks = (io.kn + TN_ROWS_K - 1) / TN_ROWS_K;
+                        const int parts0 = chunks < TN_ROWS_SPLIT_MAX ? chunks : TN_ROWS_SPLIT_MAX, kpart = (chunks + parts0 - 1) / parts0 * TN_ROWS_K;
+                        const int parts = (io.kn + kpart - 1) / kpart;
+                        const bool narrow = n <= TN_ROWS_NARROW_ATOMS;
+                        const int rw = narrow ? 1 : 4;
+                        const dim3 grid((unsigned)((n + 4 * rw - 1) / (4 * rw)), (unsigned)((io.on + 31) / 32), (unsigned)parts);
+                        auto go = [&](auto kernel) { launch_kc(pdl, (unsigned)parts, kernel, grid, dim3(128), 0, stream, io, n, kpart); };
+                        if (epi == TN_EPI_SILU) narrow ? go(k_tn_rows_split<TN_EPI_SILU, TN_ROWS_K, 1>) : go(k_tn_rows_split<TN_EPI_SILU, TN_ROWS_K, 4>);
+                        else if (epi == TN_EPI_DSILU) narrow ? go(k_tn_rows_split<TN_EPI_DSILU, TN_ROWS_K, 1>) : go(k_tn_rows_split<TN_EPI_DSILU, TN_ROWS_K, 4>);
+                        else narrow ? go(k_tn_rows_split<TN_EPI_NONE, TN_ROWS_K, 1>) : go(k_tn_rows_split<TN_EPI_NONE, TN_ROWS_K, 4>);
+                        return;
+                    }
+                }
                 if (n <= TN_ROWS_NARROW_ATOMS)
                     launch_rows<real, 1>(pdl, epi, io, n, stream);
                 else
@@ -2828,6 +2878,11 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             auto chan_rows = [&](const Lin<real>* W, bool backward, const real* in, real* out, const Lin<real>& Lw, bool rbackward, int epi,
                                  const real* rin, real* rout, real* rout2, const real* aux) {
                 if constexpr (sizeof(real) == sizeof(float)) {
+                    if (s->clusters && n <= TN_ROWS_SPLIT_ATOMS && (rbackward ? Lw.n_out : Lw.n_in) > TN_ROWS_SPLIT_K) {
+                        chan(W, backward, in, out); /* the row GEMM split over k instead (rows) */
+                        rows(Lw, rbackward, epi, rin, rout, rout2, aux);
+                        return;
+                    }
                     const ChanW<real> M = chan_w(W, backward);
                     const RowsIO<real> io = rows_io(Lw, rbackward, rin, rout, rout2, aux);
                     const bool narrow = n <= TN_CHAN_NARROW_ATOMS;
