@@ -1608,8 +1608,9 @@ __device__ __forceinline__ void head_sums(const real* w, const real* x, int nk, 
     const int T = blockDim.x, ks = no < T ? T / no : 1;
     for (int o0 = 0; o0 < no; o0 += T) {
         const int t = threadIdx.x, o = o0 + t % no, part = t / no;
+        const bool mine = o < no && part < ks; /* no < T < 2 no: threads t >= no have no part */
         real s = 0;
-        if (o < no && part < ks) {
+        if (mine) {
             const int k0 = part * nk / ks, k1 = (part + 1) * nk / ks;
 #pragma unroll 8 /* the loads of 8 k in flight */
             for (int k = k0; k < k1; k++) s += w[(size_t)k * no + o] * x[k];
@@ -1622,7 +1623,7 @@ __device__ __forceinline__ void head_sums(const real* w, const real* x, int nk, 
                 for (int q = 1; q < ks; q++) s += red[q * no + t];
                 out(t, s);
             }
-        } else if (o < no) {
+        } else if (mine) {
             out(o, s);
         }
         __syncthreads();
