@@ -2792,6 +2792,16 @@ template <typename real, int RW> static void launch_rows(bool pdl, int epi, cons
     else
         launch_k(pdl, k_tn_rows<real, TN_EPI_NONE, TN_ROWS_K, RW>, grid, dim3(128), 0, stream, io, n);
 }
+/* k_tn_rows_split: the tiles of launch_rows, each a cluster of `parts` blocks over k, kpart of it each */
+template <int RW> static void launch_rows_split(bool pdl, int epi, const RowsIO<float>& io, int n, int parts, int kpart, cudaStream_t stream) {
+    const dim3 grid((unsigned)((n + 4 * RW - 1) / (4 * RW)), (unsigned)((io.on + 31) / 32), (unsigned)parts);
+    if (epi == TN_EPI_SILU)
+        launch_kc(pdl, (unsigned)parts, k_tn_rows_split<TN_EPI_SILU, TN_ROWS_K, RW>, grid, dim3(128), 0, stream, io, n, kpart);
+    else if (epi == TN_EPI_DSILU)
+        launch_kc(pdl, (unsigned)parts, k_tn_rows_split<TN_EPI_DSILU, TN_ROWS_K, RW>, grid, dim3(128), 0, stream, io, n, kpart);
+    else
+        launch_kc(pdl, (unsigned)parts, k_tn_rows_split<TN_EPI_NONE, TN_ROWS_K, RW>, grid, dim3(128), 0, stream, io, n, kpart);
+}
 
 template <typename real>
 static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io* io, cudaStream_t stream, const Box<double>& box,
@@ -2859,13 +2869,10 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                         const int chunks = (io.kn + TN_ROWS_K - 1) / TN_ROWS_K;
                         const int parts0 = chunks < TN_ROWS_SPLIT_MAX ? chunks : TN_ROWS_SPLIT_MAX, kpart = (chunks + parts0 - 1) / parts0 * TN_ROWS_K;
                         const int parts = (io.kn + kpart - 1) / kpart;
-                        const bool narrow = n <= TN_ROWS_NARROW_ATOMS;
-                        const int rw = narrow ? 1 : 4;
-                        const dim3 grid((unsigned)((n + 4 * rw - 1) / (4 * rw)), (unsigned)((io.on + 31) / 32), (unsigned)parts);
-                        auto go = [&](auto kernel) { launch_kc(pdl, (unsigned)parts, kernel, grid, dim3(128), 0, stream, io, n, kpart); };
-                        if (epi == TN_EPI_SILU) narrow ? go(k_tn_rows_split<TN_EPI_SILU, TN_ROWS_K, 1>) : go(k_tn_rows_split<TN_EPI_SILU, TN_ROWS_K, 4>);
-                        else if (epi == TN_EPI_DSILU) narrow ? go(k_tn_rows_split<TN_EPI_DSILU, TN_ROWS_K, 1>) : go(k_tn_rows_split<TN_EPI_DSILU, TN_ROWS_K, 4>);
-                        else narrow ? go(k_tn_rows_split<TN_EPI_NONE, TN_ROWS_K, 1>) : go(k_tn_rows_split<TN_EPI_NONE, TN_ROWS_K, 4>);
+                        if (n <= TN_ROWS_NARROW_ATOMS)
+                            launch_rows_split<1>(pdl, epi, io, n, parts, kpart, stream);
+                        else
+                            launch_rows_split<4>(pdl, epi, io, n, parts, kpart, stream);
                         return;
                     }
                 }
