@@ -2862,10 +2862,12 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 io.act = N.act;
                 return io;
             };
+            /* float32: whether a row GEMM over k inputs splits over k (k_tn_rows_split) */
+            auto split_k = [&](int k) { return s->clusters && n <= TN_ROWS_SPLIT_ATOMS && k > TN_ROWS_SPLIT_K; };
             auto rows = [&](const Lin<real>& Lw, bool backward, int epi, const real* in, real* out, real* out2, const real* aux) {
                 const RowsIO<real> io = rows_io(Lw, backward, in, out, out2, aux);
                 if constexpr (sizeof(real) == sizeof(float)) {
-                    if (s->clusters && n <= TN_ROWS_SPLIT_ATOMS && io.kn > TN_ROWS_SPLIT_K) { /* split over k, a chunk or more per part */
+                    if (split_k(io.kn)) { /* split over k, a chunk or more per part */
                         const int chunks = (io.kn + TN_ROWS_K - 1) / TN_ROWS_K;
                         const int parts0 = chunks < TN_ROWS_SPLIT_MAX ? chunks : TN_ROWS_SPLIT_MAX, kpart = (chunks + parts0 - 1) / parts0 * TN_ROWS_K;
                         const int parts = (io.kn + kpart - 1) / kpart;
@@ -2886,7 +2888,7 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             auto chan_rows = [&](const Lin<real>* W, bool backward, const real* in, real* out, const Lin<real>& Lw, bool rbackward, int epi,
                                  const real* rin, real* rout, real* rout2, const real* aux) {
                 if constexpr (sizeof(real) == sizeof(float)) {
-                    if (s->clusters && n <= TN_ROWS_SPLIT_ATOMS && (rbackward ? Lw.n_out : Lw.n_in) > TN_ROWS_SPLIT_K) {
+                    if (split_k(rbackward ? Lw.n_out : Lw.n_in)) {
                         chan(W, backward, in, out); /* the row GEMM split over k instead (rows) */
                         rows(Lw, rbackward, epi, rin, rout, rout2, aux);
                         return;
