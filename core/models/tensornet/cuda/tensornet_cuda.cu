@@ -1085,12 +1085,11 @@ template <typename real, int EPI, int K, int RW> __global__ void __launch_bounds
    kpart (whole chunks of K) each, a tile's parts one thread-block cluster: parts 1.. store their
    sums into slots of part 0's shared memory and leave, part 0 adds them in part order (the same bits
    whatever the schedule) and runs the epilogue; a chain of kpart / K chunks instead of kn / K. */
-template <int EPI, int K, int RW> __global__ void __launch_bounds__(128) k_tn_rows_split(const RowsIO<float> io, int n, int kpart) {
-    __shared__ float slots[(TN_ROWS_SPLIT_MAX - 1) * RW * 128];
-    const int q = blockIdx.z, parts = gridDim.z;
+template <int EPI, int K, int RW>
+__device__ __forceinline__ void rows_split_block(const RowsIO<float>& io, int n, int bx, int by, int q, int parts, int kpart, float* slots) {
     cluster_arrive_relaxed(); /* started: the others may store into this block's slots after their wait */
     float acc[RW];
-    rows_block<float, EPI, K, RW>(io, n, blockIdx.x, blockIdx.y, q * kpart, (q + 1) * kpart, acc);
+    rows_block<float, EPI, K, RW>(io, n, bx, by, q * kpart, (q + 1) * kpart, acc);
     cluster_wait(); /* every block has started */
     if (q != 0) {
 #pragma unroll
@@ -1104,7 +1103,28 @@ template <int EPI, int K, int RW> __global__ void __launch_bounds__(128) k_tn_ro
 #pragma unroll
         for (int r = 0; r < RW; r++) acc[r] += slots[((size_t)(p - 1) * RW + r) * 128 + threadIdx.x];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    rows_out<float, EPI, RW>(io, n, blockIdx.x * 4 * RW + warp * RW, blockIdx.y * 32 + lane, acc);
+    rows_out<float, EPI, RW>(io, n, bx * 4 * RW + warp * RW, by * 32 + lane, acc);
+}
+template <int EPI, int K, int RW> __global__ void __launch_bounds__(128) k_tn_rows_split(const RowsIO<float> io, int n, int kpart) {
+    __shared__ float slots[(TN_ROWS_SPLIT_MAX - 1) * RW * 128];
+    rows_split_block<EPI, K, RW>(io, n, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z, kpart, slots);
+}
+/* A channel linear beside a row GEMM split over k that does not depend on it (up to
+   TN_ROWS_SPLIT_ATOMS atoms), one launch: columns x < cx of the grid (cx + rgx) × rgy × parts are
+   the channel linear's tiles (cgx × cgy × 3 of k_tn_chan_tc<64, J>, numbered across the columns'
+   blocks; their clusters run no cluster step), the rest k_tn_rows_split's, its slots in the dynamic
+   shared memory ((parts − 1) · RW · 128 floats). */
+static_assert(TN_ROWS_SPLIT_ATOMS <= TN_CHAN_MEDIUM_ATOMS, "k_tn_chan_rows_split pairs the medium tiles of the channel linears");
+template <int EPI, int RW, int J>
+__global__ void __launch_bounds__(128) k_tn_chan_rows_split(const ChanW<float> W, int F, const float* __restrict__ in, float* __restrict__ out,
+                                                            int cgx, int cgy, int cx, const RowsIO<float> io, int n, int kpart) {
+    extern __shared__ __align__(16) float slots_dyn[];
+    if ((int)blockIdx.x < cx) {
+        const int t = ((int)blockIdx.x * (int)gridDim.y + (int)blockIdx.y) * (int)gridDim.z + (int)blockIdx.z;
+        if (t < cgx * cgy * 3) chan_tc_block<64, J>(W, F, in, out, n, t % cgx, t / cgx % cgy, t / (cgx * cgy));
+        return;
+    }
+    rows_split_block<EPI, TN_ROWS_K, RW>(io, n, blockIdx.x - cx, blockIdx.y, blockIdx.z, gridDim.z, kpart, slots_dyn);
 }
 
 /* A channel linear and a row GEMM that do not depend on each other as one launch, one link fewer
@@ -2574,6 +2594,12 @@ template <typename real> static void tn_configure() {
     allow_dynamic_smem(k_tn_out_a<real, true>);
     allow_dynamic_smem(k_tn_out_b<real, true>);
     allow_dynamic_smem(k_tn_b1<real>);
+    if constexpr (sizeof(real) == sizeof(float)) {
+        allow_dynamic_smem(k_tn_chan_rows_split<TN_EPI_SILU, 1, 1>);
+        allow_dynamic_smem(k_tn_chan_rows_split<TN_EPI_SILU, 4, 2>);
+        allow_dynamic_smem(k_tn_chan_rows_split<TN_EPI_DSILU, 1, 1>);
+        allow_dynamic_smem(k_tn_chan_rows_split<TN_EPI_DSILU, 4, 2>);
+    }
     allow_dynamic_smem(k_tn_b2<real>);
     allow_dynamic_smem(k_tn_eb2<real>);
     allow_dynamic_smem(k_tn_head<real>);
@@ -2864,13 +2890,18 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             };
             /* float32: whether a row GEMM over k inputs splits over k (k_tn_rows_split) */
             auto split_k = [&](int k) { return s->clusters && n <= TN_ROWS_SPLIT_ATOMS && k > TN_ROWS_SPLIT_K; };
+            /* ... into `parts` parts of kpart (whole chunks of TN_ROWS_K) each */
+            auto split_parts = [](int k, int& parts, int& kpart) {
+                const int chunks = (k + TN_ROWS_K - 1) / TN_ROWS_K, parts0 = chunks < TN_ROWS_SPLIT_MAX ? chunks : TN_ROWS_SPLIT_MAX;
+                kpart = (chunks + parts0 - 1) / parts0 * TN_ROWS_K;
+                parts = (k + kpart - 1) / kpart;
+            };
             auto rows = [&](const Lin<real>& Lw, bool backward, int epi, const real* in, real* out, real* out2, const real* aux) {
                 const RowsIO<real> io = rows_io(Lw, backward, in, out, out2, aux);
                 if constexpr (sizeof(real) == sizeof(float)) {
                     if (split_k(io.kn)) { /* split over k, a chunk or more per part */
-                        const int chunks = (io.kn + TN_ROWS_K - 1) / TN_ROWS_K;
-                        const int parts0 = chunks < TN_ROWS_SPLIT_MAX ? chunks : TN_ROWS_SPLIT_MAX, kpart = (chunks + parts0 - 1) / parts0 * TN_ROWS_K;
-                        const int parts = (io.kn + kpart - 1) / kpart;
+                        int parts, kpart;
+                        split_parts(io.kn, parts, kpart);
                         if (n <= TN_ROWS_NARROW_ATOMS)
                             launch_rows_split<1>(pdl, epi, io, n, parts, kpart, stream);
                         else
@@ -2884,13 +2915,24 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                     launch_rows<real, 4>(pdl, epi, io, n, stream);
             };
             /* a channel linear and an independent row GEMM (TN_EPI_SILU forward or TN_EPI_DSILU
-               backward): in float32 one launch (k_tn_chan_rows), the tiles of chan and rows */
+               backward): in float32 one launch (k_tn_chan_rows, or k_tn_chan_rows_split where the row GEMM
+               splits over k), the tiles of chan and rows */
             auto chan_rows = [&](const Lin<real>* W, bool backward, const real* in, real* out, const Lin<real>& Lw, bool rbackward, int epi,
                                  const real* rin, real* rout, real* rout2, const real* aux) {
                 if constexpr (sizeof(real) == sizeof(float)) {
-                    if (split_k(rbackward ? Lw.n_out : Lw.n_in)) {
-                        chan(W, backward, in, out); /* the row GEMM split over k instead (rows) */
-                        rows(Lw, rbackward, epi, rin, rout, rout2, aux);
+                    if (split_k(rbackward ? Lw.n_out : Lw.n_in)) { /* the row GEMM split over k: k_tn_chan_rows_split */
+                        const RowsIO<real> io = rows_io(Lw, rbackward, rin, rout, rout2, aux);
+                        int parts, kpart;
+                        split_parts(io.kn, parts, kpart);
+                        const bool narrow = n <= TN_CHAN_NARROW_ATOMS; /* else medium: n <= TN_ROWS_SPLIT_ATOMS */
+                        const int cgx = (6 * n + 63) / 64, cgy = narrow ? (N.F + 7) / 8 : (N.F + 15) / 16;
+                        const int rgx = narrow ? (n + 3) / 4 : (n + 15) / 16, rgy = (io.on + 31) / 32;
+                        const int cx = (cgx * cgy * 3 + rgy * parts - 1) / (rgy * parts);
+                        const dim3 grid((unsigned)(cx + rgx), (unsigned)rgy, (unsigned)parts);
+                        const size_t slots = (size_t)(parts - 1) * (narrow ? 1 : 4) * 128 * sizeof(float);
+                        auto kern = epi == TN_EPI_SILU ? (narrow ? k_tn_chan_rows_split<TN_EPI_SILU, 1, 1> : k_tn_chan_rows_split<TN_EPI_SILU, 4, 2>)
+                                                       : (narrow ? k_tn_chan_rows_split<TN_EPI_DSILU, 1, 1> : k_tn_chan_rows_split<TN_EPI_DSILU, 4, 2>);
+                        launch_kc(pdl, (unsigned)parts, kern, grid, dim3(128), slots, stream, chan_w(W, backward), N.F, in, out, cgx, cgy, cx, io, n, kpart);
                         return;
                     }
                     const ChanW<real> M = chan_w(W, backward);
