@@ -19,7 +19,8 @@
  *               dE/dY gathered over the edges, no atomics; the first linear's backward; bx_step:
  *               dE/dX of the layer's input, and for layer 0 the embedding backward's first step,
  *               embed_back1), the embedding backward (elt's backward and the norm MLP's, beside each
- *               other: k_tn_chan_rows; k_tn_eb2: the LayerNorm's backward, dE/dd, dE/du of every
+ *               other: k_tn_chan_rows, or k_tn_chan_rows_split where the latter splits over k;
+ *               k_tn_eb2: the LayerNorm's backward, dE/dd, dE/du of every
  *               edge) and the forces
  *               (k_tn_gather: per atom, in double, no atomics; the last member's to the caller)
  *   finish      per-batch energies in a fixed order, the total, error flags to mapped host memory
