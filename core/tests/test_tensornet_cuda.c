@@ -236,6 +236,8 @@ static void refuses(const char* path) {
 }
 
 int main(int argc, char** argv) {
+    /* each line as it is printed: a run stopped by a time limit (under compute-sanitizer) keeps what it had checked */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (!nnp_cuda_available()) {
         printf("test_tensornet_cuda: skipped: %s\n", "no CUDA device (or libnnp built without CUDA)");
         return 77;
