@@ -35,7 +35,8 @@
  * linear's launch: k_tn_chan_step). Every kernel but the first is a programmatic dependent launch
  * (TN_PDL), and no memset lies between them; before its wait (pdl_start) a GEMM loads its first
  * chunk of weights, and an edge kernel that does not follow k_tn_neighbors directly compacts its
- * first chunk of edges (see pdl_wait: what kernels before the predecessor wrote may be read).
+ * first chunk of edges (see pdl_wait: what kernels before the predecessor wrote may be read), and
+ * up to TN_EDGE_PRE_ATOMS atoms k_tn_layer_b, k_tn_b1 and k_tn_b2 also their first edges' table factors.
  * Every sum is formed in a fixed order, so the same inputs give the same bits. Inside stream
  * capture nothing is allocated, copied from the host, synchronised or loaded.
  */
@@ -58,6 +59,8 @@
 #define TN_ROWS_NARROW_ATOMS 64   /* k_tn_rows: up to this many atoms, 4 rows per block (more, shorter blocks), else 16 */
 #define TN_ROWS_K 64               /* k_tn_rows: k in chunks of this many (32 and 128 measured slower; float64 at 128 would exceed 48 KB of static shared memory) */
 #define TN_EDGE_UNROLL 4           /* the per-edge loops of the edge kernels: edges unrolled (loads in flight; 1 and 2 measured slower) */
+#define TN_EDGE_PRE 4              /* k_tn_layer_b, k_tn_b1, k_tn_b2 with tables: each thread's table factors of its block's first this many edges before the wait */
+#define TN_EDGE_PRE_ATOMS 256      /* ... up to this many atoms (their own instances: beyond, the registers of those factors cost more than they save) */
 #define TN_EDGE_CHUNK 64           /* per-edge block sums gathered per chunk of this many edges */
 #define TN_EW_THREADS 128          /* threads per block of the per-channel kernels */
 #define TN_PDL 1                   /* programmatic dependent launches: each kernel of an evaluation but the first launches while its predecessor drains */
@@ -1390,10 +1393,27 @@ template <typename real> __device__ __forceinline__ void x0_step(const TnNet<rea
     st(b.S3 + (size_t)i * TN_NI * F, F, f, t);
 }
 
+/* The table factors (DERIV: their derivatives d/dd) of channel f (3: one per part) of the block's first TN_EDGE_PRE edges of the
+   first chunk (e = grp, grp + groups, ...: those of its group), before the wait: they depend only on
+   the distances and the tables. The same values as radial_value's in the loop after the wait. */
+template <bool DERIV, typename real>
+__device__ __forceinline__ void edge_pre(const real* __restrict__ T, const TnNet<real>& N, const EdgeChunk<real>& E, int ne, int grp, int groups,
+                                         int f, real (&pre)[TN_EDGE_PRE][3]) {
+#pragma unroll
+    for (int k = 0; k < TN_EDGE_PRE; k++) {
+        const int e = grp + k * groups;
+        if (e >= ne || f >= N.F) break;
+        const RadialPoint rp = E.point(N, e);
+#pragma unroll
+        for (int q = 0; q < 3; q++)
+            pre[k][q] = DERIV ? radial_deriv(T, 3 * N.F, rp, q * N.F + f) : radial_value(T, 3 * N.F, rp, q * N.F + f, (real*)NULL);
+    }
+}
+
 /* Layer l, atom i (block), after its first channel linear (Y in Yirr): messages M_i = Σ_j f(d_ij) ⊙
    Y_j, the product B = cq (M Y + Y M) (O(3)) or 2 Y M (SO(3)), and the parts of B / (|B|² + 1)
    into S1 for the second channel linear. */
-template <typename real>
+template <typename real, bool EARLY>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
@@ -1405,10 +1425,13 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
     E.take(A);
     group_begin();
     const int ns = 1 + b.nbr_n[i], ne0 = Ly.table ? edge_chunk(N, b, i, 0, min(ns, TN_EDGE_CHUNK), E) : 0; /* before the wait */
+    const int grp = blockIdx.y, groups = gridDim.y;
+    const bool early = EARLY && Ly.table; /* EARLY: up to TN_EDGE_PRE_ATOMS atoms (their own instance: the registers of pre) */
+    real pre[TN_EDGE_PRE][3];
+    if (early) edge_pre<false>(Ly.table, N, E, ne0, grp, groups, (int)threadIdx.x, pre);
     pdl_start();
     if (Ly.table) { /* each thread its channels, summed in registers; block blockIdx.y of gridDim.y
                        every gridDim.y-th edge (group_sum) */
-        const int grp = blockIdx.y, groups = gridDim.y;
         const real* Y = b.Yirr + (size_t)l * b.n * F10;
         for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
             const int ne = c0 == 0 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
@@ -1416,8 +1439,15 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
                 real m[TN_NI];
                 for (int c = 0; c < TN_NI; c++) m[c] = 0;
                 if (c0 > 0) ld(Mi, F, f, m);
+                int e = grp;
+                if (early && c0 == 0 && f == (int)threadIdx.x)
+#pragma unroll
+                    for (int k = 0; k < TN_EDGE_PRE && e < ne; k++, e += groups) {
+                        const real* Yj = Y + (size_t)E.j[e] * F10;
+                        for (int c = 0; c < TN_NI; c++) m[c] += pre[k][part_of(c)] * Yj[c * F + f];
+                    }
 #pragma unroll tn_edge_unroll
-                for (int e = grp; e < ne; e += groups) {
+                for (; e < ne; e += groups) {
                     const real* Yj = Y + (size_t)E.j[e] * F10;
                     const RadialPoint rp = E.point(N, e);
                     real fq[3];
@@ -1824,7 +1854,7 @@ template <typename real> __device__ __forceinline__ real edge_sum(const real* re
 /* Layer backward part 1, atom i (block), after the second channel linear's backward (dE/dC's parts
    in S2): dE/dM_i (gM), the direct dE/dY_i (gY), and dE/dd of i's edges (gd) through the radial
    filter (float32: from the table; else the filter network, whose values go to fac for k_tn_b2). */
-template <typename real>
+template <typename real, bool EARLY>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
@@ -1843,6 +1873,9 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
     EdgeChunk<real> E;
     E.take(A);
     const int ns = 1 + b.nbr_n[i], ne0 = Ly.table && ns > 1 ? edge_chunk(N, b, i, 1, min(ns, 1 + TN_EDGE_CHUNK), E) : 0; /* before the wait */
+    const bool early = EARLY && Ly.table; /* EARLY: up to TN_EDGE_PRE_ATOMS atoms (their own instance: the registers of pre) */
+    real pre[TN_EDGE_PRE][3];
+    if (early) edge_pre<true>(Ly.table, N, E, ne0, grp, groups, (int)threadIdx.x, pre);
     pdl_start();
     const real cq = b.cq[i];
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
@@ -1880,8 +1913,23 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
         const real* Y = b.Yirr + (size_t)l * b.n * F10;
         for (int c0 = 1; c0 < ns; c0 += TN_EDGE_CHUNK) {
             const int ne = c0 == 1 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
+            int e = grp;
+            if (early && c0 == 1)
+#pragma unroll
+                for (int k = 0; k < TN_EDGE_PRE && e < ne; k++, e += groups) {
+                    const real* Yj = Y + (size_t)E.j[e] * F10;
+                    const RadialPoint rp = E.point(N, e);
+                    real part[1] = {0};
+                    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                        real g3[3] = {0, 0, 0};
+                        for (int c = 0; c < TN_NI; c++) g3[part_of(c)] += gMi[c * F + f] * Yj[c * F + f];
+                        for (int q = 0; q < 3; q++)
+                            part[0] += g3[q] * (f == (int)threadIdx.x ? pre[k][q] : radial_deriv(Ly.table, 3 * F, rp, q * F + f));
+                    }
+                    edge_part(ered, e, part);
+                }
 #pragma unroll tn_edge_unroll
-            for (int e = grp; e < ne; e += groups) {
+            for (; e < ne; e += groups) {
                 const real* Yj = Y + (size_t)E.j[e] * F10;
                 const RadialPoint rp = E.point(N, e);
                 real part[1] = {0};
@@ -1921,7 +1969,7 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b1(const TnNet<real> N, const
 
 /* Layer backward part 2, atom j (block): dE/dY_j = gY_j + Σ over the messages that read Y_j, into
    S1 for the first channel linear's backward. */
-template <typename real>
+template <typename real, bool EARLY>
 __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const TnLayer<real> Ly, const TnBuf<real> b, int l) {
     extern __shared__ __align__(16) unsigned char tn_smem[];
     Arena<real> A = {(real*)tn_smem};
@@ -1932,12 +1980,15 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
     E.take(A);
     group_begin();
     const int ns = 1 + b.nbr_n[j], ne0 = Ly.table ? edge_chunk(N, b, j, 0, min(ns, TN_EDGE_CHUNK), E) : 0; /* before the wait */
+    const int grp = blockIdx.y, groups = gridDim.y;
+    const bool early = EARLY && Ly.table; /* EARLY: up to TN_EDGE_PRE_ATOMS atoms (their own instance: the registers of pre) */
+    real pre[TN_EDGE_PRE][3];
+    if (early) edge_pre<false>(Ly.table, N, E, ne0, grp, groups, (int)threadIdx.x, pre);
     pdl_start();
     const size_t e0 = (size_t)j * (b.cap + 1);
     real* out = b.S1 + (size_t)j * F10;
     if (Ly.table) { /* each thread its channels, in registers (between chunks in gYt); block
                        blockIdx.y of gridDim.y every gridDim.y-th edge, the first from gY (group_sum) */
-        const int grp = blockIdx.y, groups = gridDim.y;
         for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
             const int ne = c0 == 0 ? ne0 : edge_chunk(N, b, j, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
             for (int f = threadIdx.x; f < F; f += TN_THREADS) {
@@ -1946,8 +1997,15 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_b2(const TnNet<real> N, const
                 else if (grp == 0) ld(b.gY + (size_t)j * F10, F, f, g);
                 else
                     for (int c = 0; c < TN_NI; c++) g[c] = 0;
+                int e = grp;
+                if (early && c0 == 0 && f == (int)threadIdx.x)
+#pragma unroll
+                    for (int k = 0; k < TN_EDGE_PRE && e < ne; k++, e += groups) {
+                        const real* gMi = b.gM + (size_t)E.j[e] * F10;
+                        for (int c = 0; c < TN_NI; c++) g[c] += pre[k][part_of(c)] * gMi[c * F + f];
+                    }
 #pragma unroll tn_edge_unroll
-                for (int e = grp; e < ne; e += groups) {
+                for (; e < ne; e += groups) {
                     /* the filter of edge (j, i) equals that of (i, j): the same distance */
                     const real* gMi = b.gM + (size_t)E.j[e] * F10;
                     const RadialPoint rp = E.point(N, e);
@@ -2589,19 +2647,22 @@ static size_t tn_smem_reals(const tn_member* m) {
 template <typename real> static void tn_configure() {
     allow_dynamic_smem(k_tn_z<real>);
     allow_dynamic_smem(k_tn_embed<real>);
-    allow_dynamic_smem(k_tn_layer_b<real>);
+    allow_dynamic_smem(k_tn_layer_b<real, false>);
+    allow_dynamic_smem(k_tn_layer_b<real, true>);
     allow_dynamic_smem(k_tn_out_a<real, false>);
     allow_dynamic_smem(k_tn_out_b<real, false>);
     allow_dynamic_smem(k_tn_out_a<real, true>);
     allow_dynamic_smem(k_tn_out_b<real, true>);
-    allow_dynamic_smem(k_tn_b1<real>);
+    allow_dynamic_smem(k_tn_b1<real, false>);
+    allow_dynamic_smem(k_tn_b1<real, true>);
     if constexpr (sizeof(real) == sizeof(float)) {
         allow_dynamic_smem(k_tn_chan_rows_split<TN_EPI_SILU, 1, 1>);
         allow_dynamic_smem(k_tn_chan_rows_split<TN_EPI_SILU, 4, 2>);
         allow_dynamic_smem(k_tn_chan_rows_split<TN_EPI_DSILU, 1, 1>);
         allow_dynamic_smem(k_tn_chan_rows_split<TN_EPI_DSILU, 4, 2>);
     }
-    allow_dynamic_smem(k_tn_b2<real>);
+    allow_dynamic_smem(k_tn_b2<real, false>);
+    allow_dynamic_smem(k_tn_b2<real, true>);
     allow_dynamic_smem(k_tn_eb2<real>);
     allow_dynamic_smem(k_tn_head<real>);
 }
@@ -2972,6 +3033,7 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                     launch_k(pdl, k_tn_step<real, TN_CH_BX>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, l);
             };
             const unsigned eg = (unsigned)s->edge_groups;
+            const bool early = n <= TN_EDGE_PRE_ATOMS; /* the edge kernels' factors of their first edges before the wait */
             /* the per-edge kernels with group sums: each atom's blocks one cluster (group_sum) */
             auto groups = [&](bool table) { return dim3(1, s->clusters && table ? eg : 1, 1); };
             launch_kc3(pdl, groups(N.emb_table != NULL), k_tn_embed<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N,
@@ -2982,8 +3044,8 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             launch_k(pdl, k_tn_step<real, TN_CH_X0>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
             for (int l = 0; l < N.L; l++) {
                 chan(Ly[l].llt, false, b.S3, b.Yirr + (size_t)l * n * TN_NI * N.F);
-                launch_kc3(pdl, groups(Ly[l].table != NULL), k_tn_layer_b<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem,
-                           stream, N, Ly[l], b, l);
+                launch_kc3(pdl, groups(Ly[l].table != NULL), early ? k_tn_layer_b<real, true> : k_tn_layer_b<real, false>,
+                           dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
                 if (l + 1 < N.L)
                     chan_step(Ly[l].llt + 3, false, TN_CH_UPDATE, b.S1, b.S2, l);
                 else
@@ -3030,9 +3092,10 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             }
             for (int l = N.L - 1; l >= 0; l--) {
                 chan(Ly[l].llt + 3, true, b.S3, b.S2);
-                launch_k(pdl, k_tn_b1<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
-                launch_kc3(pdl, groups(Ly[l].table != NULL), k_tn_b2<real>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream,
-                           N, Ly[l], b, l);
+                launch_k(pdl, early ? k_tn_b1<real, true> : k_tn_b1<real, false>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem,
+                         stream, N, Ly[l], b, l);
+                launch_kc3(pdl, groups(Ly[l].table != NULL), early ? k_tn_b2<real, true> : k_tn_b2<real, false>, dim3(n, Ly[l].table ? eg : 1),
+                           dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
                 chan_step(Ly[l].llt, true, TN_CH_BX, b.S1, b.S2, l);
             }
             if (N.L == 0) launch_k(pdl, k_tn_step<real, TN_CH_EB1>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
