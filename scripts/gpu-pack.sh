@@ -45,11 +45,11 @@ pybuild="${NNP_BUILD_DIR:-$root/build}/python"
 pyexe="${NNP_VENV:-$HOME/.cache/openmm-nnp/venv}/bin/python"
 if [ -d "$pybuild/openmmnnp" ] && [ -x "$pyexe" ]; then
   PYTHONPATH="$pybuild" "$pyexe" "$root/python/tests/data/tensornet/convert_fixtures.py" "$d/tensornet" > /dev/null
-  # the random-weight test models compressed, so that .device stays within what travels to the GPU
-  # machine; random-f128 is the benchmark model below (the same generator and seed), so only that
-  # travels (scripts/gpu-test.sh unpacks both)
+  # the test models compressed, so that .device stays within what travels to the GPU machine (64 MiB
+  # with the tree); random-f128 is the benchmark model below (the same generator and seed), so only
+  # that travels (scripts/gpu-test.sh unpacks them all)
   rm -f "$d/tensornet/random-f128.nnpm"
-  for f in "$d"/tensornet/random-*.nnpm; do xz -6 -T0 -f "$f"; done
+  for f in "$d"/tensornet/*.nnpm; do xz -6 -T0 -f "$f"; done
   # an AceFF-sized TensorNet with random weights for the benchmarks (xz: the double weights come from floats)
   PYTHONPATH="$pybuild" "$pyexe" "$root/bench/make_tensornet_model.py" "$tmp/tensornet-bench.nnpm" > /dev/null
   xz -6 -T0 -c "$tmp/tensornet-bench.nnpm" > "$d/tensornet-bench.nnpm.xz"
