@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|multidevice|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|timeline|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|sanitize-tensornet-small|multidevice|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|timeline|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,14 +51,15 @@ done
 tn_args() {  # test_tensornet_cuda's arguments (written by core/tests/CMakeLists.txt), one per line
   mapfile -t tn < "${1:-$root}/build-gpu/core/tests/test_tensornet_cuda.args"
 }
-sanitize_tensornet() {
+sanitize_tensornet() {  # $1: racecheck's NNP_TEST_QUICK (default 1; "small": without the 60-molecule system)
   local tn; tn_args
+  local rq="${1:-1}"
   NNP_TEST_QUICK=1 timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "${tn[@]}" > "$out/sanitizer-memcheck-tensornet.log" 2>&1
   echo "compute-sanitizer memcheck on test_tensornet_cuda (quick): exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-memcheck-tensornet.log" | tail -n 1))"
-  NNP_TEST_QUICK=1 timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d/tensornet/o3-atomref.nnpm" > "$out/sanitizer-racecheck-tensornet.log" 2>&1
-  echo "compute-sanitizer racecheck on test_tensornet_cuda (quick, o3-atomref): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-tensornet.log" | tail -n 1))"
-  NNP_TEST_QUICK=1 timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d/tensornet/random-f72.nnpm" > "$out/sanitizer-racecheck-tensornet-f72.log" 2>&1
-  echo "compute-sanitizer racecheck on test_tensornet_cuda (quick, random-f72): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-tensornet-f72.log" | tail -n 1))"
+  NNP_TEST_QUICK="$rq" timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d/tensornet/o3-atomref.nnpm" > "$out/sanitizer-racecheck-tensornet.log" 2>&1
+  echo "compute-sanitizer racecheck on test_tensornet_cuda (quick $rq, o3-atomref): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-tensornet.log" | tail -n 1))"
+  NNP_TEST_QUICK="$rq" timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d/tensornet/random-f72.nnpm" > "$out/sanitizer-racecheck-tensornet-f72.log" 2>&1
+  echo "compute-sanitizer racecheck on test_tensornet_cuda (quick $rq, random-f72): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-tensornet-f72.log" | tail -n 1))"
 }
 # The variants of "ab": copies of the tree with AB's patches applied, built in the background
 # (the current tree's own build is the "build" step).
@@ -109,6 +110,7 @@ for step in "${steps[@]}"; do
     echo "compute-sanitizer racecheck (k_gemm_big*) on test_cuda (large system): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-big.log" | tail -n 1))"
     sanitize_tensornet ;;
   sanitize-tensornet) sanitize_tensornet ;;
+  sanitize-tensornet-small) sanitize_tensornet small ;;
   multidevice)
     # NNPForce in a Context on several devices ("0,1", or "0,0" on one GPU) against one device, under
     # memcheck, then the benchmark of 837 x 4 molecules per DeviceIndex list (MULTI_DEVICES, default
