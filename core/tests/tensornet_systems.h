@@ -25,6 +25,11 @@ static NNP_TEST_UNUSED system_t make_system(const char* name, int first, int cou
     system_t s = {name, 0, 0, NULL, NULL, NULL, NULL, {0}, 0, 0};
     for (int k = first; s.n_batches < count && k < first + 4000; k++)
         if (append_druglike(k, s.n_batches, 30.0 * s.n_batches, &s.n, &s.z, &s.batch, &s.pos) > 0) s.n_batches++;
+    if (s.n_batches < count) {
+        fprintf(stderr, "%s: found %d of %d drug-like molecules from number %d on under %s\n(set NNP_SHARED_DIR to the "
+                "directory holding molecules/druglike)\n", name, s.n_batches, count, first, shared_path("molecules/druglike"));
+        exit(1);
+    }
     s.charge = calloc((size_t)s.n_batches + 1, sizeof(int32_t));
     for (int b = 0; charged && b < s.n_batches; b++) s.charge[b] = b % 3 - 1;
     if (exotic) {
