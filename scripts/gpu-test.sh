@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|sanitize-tensornet-small|multidevice|tensornet|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|timeline|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|sanitize-tensornet-small|multidevice|tensornet|cluster-probe|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|timeline|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -139,6 +139,10 @@ for step in "${steps[@]}"; do
     # cuBLAS on the 837-molecule GEMM shapes (bench/gemm_cublas.cu), for docs/benchmarks.md.
     "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -O3 -arch=sm_90 "$root/bench/gemm_cublas.cu" -lcublas -o "$root/build-gpu/gemm_cublas" > "$out/cublas-build.log" 2>&1 \
       && timeout 120 "$root/build-gpu/gemm_cublas" 2>&1 | tee "$out/cublas.txt" || echo "cublas: failed ($(tail -n 3 "$out/cublas-build.log"))" ;;
+  cluster-probe)
+    # bench/tn_cluster_probe.cu: a TensorNet stage's cost as a chain of launches and as a cluster per batch.
+    "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -O3 -arch=sm_90 "$root/bench/tn_cluster_probe.cu" -o "$root/build-gpu/tn_cluster_probe" > "$out/probe-build.log" 2>&1 \
+      && timeout 120 "$root/build-gpu/tn_cluster_probe" 2>&1 | tee "$out/cluster-probe.txt" || echo "cluster-probe: failed ($(tail -n 3 "$out/probe-build.log"))" ;;
   sanitize-integrators)
     # The integrators' test (graphs of OpenMM's kernels and ours), without statistics and drift:
     # memcheck on everything, racecheck (shared-memory hazards) on libnnp's kernels (names k_*; the

@@ -1,0 +1,227 @@
+// What one stage of TensorNet's few-atom evaluation costs in two designs (standalone; nvcc -O3
+// -arch=sm_90 bench/tn_cluster_probe.cu -o tn_cluster_probe; scripts/gpu-test.sh cluster-probe).
+// A stage here is what dominates a layer: a channel linear over an atom's 1 + 3 + 6 components
+// (rows ordered I, A, S; k = F = 128 inputs, F outputs, one weight matrix per part) followed by a
+// step per atom channel.
+//  - chain: one programmatic dependent launch per stage, as the library runs it now: blocks of 64
+//    rows x 8 outputs, the block's weights copied to shared memory before the wait, the rows read
+//    from global memory (L2) after it.
+//  - cluster AG x CG: one launch for all stages; each batch (molecule) is one thread-block cluster
+//    of AG x CG blocks, block (ag, cg) owning the rows of atom group ag and the outputs of channel
+//    group cg, its weight columns resident in shared memory; a stage reads its rows' inputs from
+//    the shared memory of its atom group's CG blocks (distributed shared memory) and ends at a
+//    cluster barrier. 1 x 8 and 1 x 16: every block reads every row; 2 x 4 and 4 x 4: a half or a
+//    quarter of them. "barrier": a stage of 1 x 16 without the linear.
+// Prints each design's time per stage, from graph replays of S = 1 and S = 17 stages.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace cg = cooperative_groups;
+
+#define CHECK(x)                                                                                     \
+  do {                                                                                               \
+    cudaError_t e_ = (x);                                                                            \
+    if (e_ != cudaSuccess) {                                                                         \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));           \
+      exit(1);                                                                                       \
+    }                                                                                                \
+  } while (0)
+
+constexpr int F = 128;
+
+__device__ __forceinline__ int part_of_row(int r, int n) { return r < n ? 0 : (r < 4 * n ? 1 : 2); }
+__device__ __forceinline__ float step_fn(float y) { return y / (1.0f + y * y); }
+// acc[c] += the 4 inputs v times weight rows w, w + stride, w + 2 stride, w + 3 stride (CH outputs each)
+template <int CH> __device__ __forceinline__ void fma4(float (&acc)[CH], const float4 v, const float* w, int stride) {
+  const float xv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int j = 0; j < 4; j++)
+#pragma unroll
+    for (int c = 0; c < CH; c++) acc[c] += xv[j] * w[j * stride + c];
+}
+
+// ---- chain: one launch per stage ----
+__global__ void __launch_bounds__(128) k_chain(const float* __restrict__ W, const float* in, float* out, int n, int batches) {
+  __shared__ float w[3][F][8];
+  const int c0 = blockIdx.y * 8, R = 10 * n;
+  for (int t = threadIdx.x; t < 3 * F * 8; t += 128) {
+    const int p = t / (F * 8), k = t / 8 % F, c = t % 8;
+    w[p][k][c] = W[(size_t)p * F * F + (size_t)k * F + c0 + c];
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  __syncthreads();
+  const int r = blockIdx.x * 64 + threadIdx.x / 2, half = threadIdx.x % 2;
+  if (r >= R * batches) return;
+  const int p = part_of_row(r % R, n);
+  const float4* x = reinterpret_cast<const float4*>(in + (size_t)r * F);
+  float acc[4] = {0, 0, 0, 0};
+#pragma unroll 4
+  for (int k4 = 0; k4 < F / 4; k4++) {
+    fma4(acc, x[k4], &w[p][4 * k4][4 * half], 8);
+  }
+  for (int c = 0; c < 4; c++) out[(size_t)r * F + c0 + 4 * half + c] = step_fn(acc[c]);
+}
+
+// ---- cluster: one launch, a cluster of AG x CG blocks per batch. Block (ag, cg) owns the rows of
+// atom group ag (AG near-equal ranges of the batch's atoms; rows I, A, S of those atoms in that
+// order) and the outputs of channel group cg; a linear reads its rows' inputs from the CG blocks of
+// its atom group (AG = 1: every block reads every row). work = 0: the barriers alone. ----
+template <int AG, int CG>
+__global__ void __launch_bounds__(256) k_cluster(const float* __restrict__ W, float* out, int n, int stages, int work) {
+  constexpr int C = F / CG, CH = C > 8 ? 8 : C, SPLIT = C / CH;
+  extern __shared__ float4 smem4[];
+  float* sm = reinterpret_cast<float*>(smem4);
+  cg::cluster_group cl = cg::this_cluster();
+  const int q = (int)cl.block_rank(), b = blockIdx.x / (AG * CG), ag = q / CG, cgr = q % CG;
+  const int a0 = ag * n / AG, na = (ag + 1) * n / AG - a0, Ra = 10 * na, Rmax = 10 * ((n + AG - 1) / AG);
+  float* w = sm;                 // [3][F][C]
+  float* buf = sm + 3 * F * C;   // [2][Rmax][C]
+  for (int t = threadIdx.x; t < 3 * F * C; t += blockDim.x) {
+    const int p = t / (F * C), k = t / C % F, c = t % C;
+    w[t] = W[(size_t)p * F * F + (size_t)k * F + cgr * C + c];
+  }
+  for (int t = threadIdx.x; t < Ra * C; t += blockDim.x) buf[t] = 0.01f * (float)((t * 7 + q * 13 + b) % 17) - 0.08f;
+  cl.sync();
+  for (int s = 0; s < stages; s++) {
+    const float* src = buf + (s & 1) * Rmax * C;
+    float* dst = buf + ((s + 1) & 1) * Rmax * C;
+    for (int t = threadIdx.x; work && t < Ra * SPLIT; t += blockDim.x) {
+      const int r = t / SPLIT, c0 = t % SPLIT * CH, p = part_of_row(r, na);
+      const float* wp = w + (size_t)p * F * C + c0;
+      float acc[CH];
+#pragma unroll
+      for (int c = 0; c < CH; c++) acc[c] = 0;
+      for (int o = 0; o < CG; o++) {
+        const float4* xs = reinterpret_cast<const float4*>(cl.map_shared_rank(const_cast<float*>(src), ag * CG + o) + (size_t)r * C);
+#pragma unroll 2
+        for (int k4 = 0; k4 < C / 4; k4++) {
+          fma4(acc, xs[k4], wp + (size_t)(o * C + 4 * k4) * C, C);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < CH; c++) dst[r * C + c0 + c] = step_fn(acc[c]);
+    }
+    cl.sync();
+  }
+  const float* fin = buf + (stages & 1) * Rmax * C;
+  for (int t = threadIdx.x; t < Ra * C; t += blockDim.x)
+    out[((size_t)b * 10 * n + 10 * a0 + t / C) * F + cgr * C + t % C] = fin[t];
+}
+
+static float time_graph(cudaGraphExec_t g, cudaStream_t st, int reps) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 20; i++) CHECK(cudaGraphLaunch(g, st));
+  CHECK(cudaEventRecord(a, st));
+  for (int i = 0; i < reps; i++) CHECK(cudaGraphLaunch(g, st));
+  CHECK(cudaEventRecord(b, st));
+  CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  return 1000.0f * ms / reps;
+}
+
+// the launches that launch() makes on st, captured into a graph: µs per replay
+template <typename Launch> static float time_captured(cudaStream_t st, Launch launch) {
+  cudaGraph_t graph;
+  CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  launch();
+  CHECK(cudaStreamEndCapture(st, &graph));
+  cudaGraphExec_t g;
+  CHECK(cudaGraphInstantiate(&g, graph, 0));
+  const float t = time_graph(g, st, 2000);
+  CHECK(cudaGraphExecDestroy(g));
+  CHECK(cudaGraphDestroy(graph));
+  return t;
+}
+
+static float chain_us(const float* W, float* x0, float* x1, int n, int batches, int stages, cudaStream_t st) {
+  const int rows = 10 * n * batches;
+  return time_captured(st, [&] {
+    for (int s = 0; s < stages; s++) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3((rows + 63) / 64, F / 8);
+      cfg.blockDim = dim3(128);
+      cfg.stream = st;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = s > 0 ? 1 : 0;
+      CHECK(cudaLaunchKernelEx(&cfg, k_chain, W, (const float*)(s & 1 ? x1 : x0), s & 1 ? x0 : x1, n, batches));
+    }
+  });
+}
+
+
+
+template <int AG, int CG>
+static float cluster_us(const float* W, float* out, int n, int batches, int stages, cudaStream_t st, int work = 1) {
+  constexpr int C = F / CG, CL = AG * CG;
+  const size_t smem = sizeof(float) * (3 * F * C + 2 * 10 * (size_t)((n + AG - 1) / AG) * C);
+  CHECK(cudaFuncSetAttribute(k_cluster<AG, CG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  if (CL > 8) CHECK(cudaFuncSetAttribute(k_cluster<AG, CG>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(CL * batches);
+  cfg.blockDim = dim3(256);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CL;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, k_cluster<AG, CG>, &cfg) != cudaSuccess || clusters == 0) {
+    cudaGetLastError();
+    return -1;
+  }
+  return time_captured(st, [&] { CHECK(cudaLaunchKernelEx(&cfg, k_cluster<AG, CG>, W, out, n, stages, work)); });
+}
+
+// µs per stage of k_cluster<AG, CG>: S = 17 less S = 1, over 16; -1 where such clusters cannot run
+template <int AG, int CG>
+static float cluster_stage_us(const float* W, float* out, int n, int batches, cudaStream_t st, int work = 1) {
+  const float a = cluster_us<AG, CG>(W, out, n, batches, 17, st, work), b = cluster_us<AG, CG>(W, out, n, batches, 1, st, work);
+  return a < 0 || b < 0 ? -1 : (a - b) / 16;
+}
+
+int main() {
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  const int max_atoms = 64, max_batches = 100;
+  const size_t wcount = 3 * (size_t)F * F, xcount = 10 * (size_t)max_atoms * max_batches * F;
+  std::vector<float> hw(wcount), hx(xcount);
+  for (size_t i = 0; i < wcount; i++) hw[i] = 0.02f * (float)((i * 2654435761u) % 101) / 101.0f - 0.01f;
+  for (size_t i = 0; i < xcount; i++) hx[i] = 0.1f * (float)((i * 40503u) % 97) / 97.0f - 0.05f;
+  float *W, *x0, *x1;
+  CHECK(cudaMalloc(&W, wcount * sizeof(float)));
+  CHECK(cudaMalloc(&x0, xcount * sizeof(float)));
+  CHECK(cudaMalloc(&x1, xcount * sizeof(float)));
+  CHECK(cudaMemcpy(W, hw.data(), wcount * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(x0, hx.data(), xcount * sizeof(float), cudaMemcpyHostToDevice));
+  cudaStream_t st;
+  CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  printf("µs per stage (a channel linear of 10 n rows x %d x %d + a step), from S = 17 less S = 1, graph replays\n", F, F);
+  printf("%6s %8s | %8s | %8s %8s | %8s %8s | %8s\n", "atoms", "batches", "chain", "1x8", "1x16", "2x4", "4x4", "barrier");
+  const int cases[][2] = {{22, 1}, {64, 1}, {22, 10}, {22, 100}};
+  for (auto& cs : cases) {
+    const int n = cs[0], bt = cs[1];
+    const float ch = (chain_us(W, x0, x1, n, bt, 17, st) - chain_us(W, x0, x1, n, bt, 1, st)) / 16;
+    printf("%6d %8d | %8.2f | %8.2f %8.2f | %8.2f %8.2f | %8.2f   (one stage's launch: cluster 1x16 %.2f µs)\n", n, bt, ch,
+           cluster_stage_us<1, 8>(W, x1, n, bt, st), cluster_stage_us<1, 16>(W, x1, n, bt, st), cluster_stage_us<2, 4>(W, x1, n, bt, st),
+           cluster_stage_us<4, 4>(W, x1, n, bt, st), cluster_stage_us<1, 16>(W, x1, n, bt, st, 0), cluster_us<1, 16>(W, x1, n, bt, 1, st));
+  }
+  CHECK(cudaDeviceSynchronize());
+  return 0;
+}
