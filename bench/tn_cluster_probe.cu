@@ -12,7 +12,8 @@
 //    the shared memory of its atom group's CG blocks (distributed shared memory) and ends at a
 //    cluster barrier. 1 x 8 and 1 x 16: every block reads every row; 2 x 4 and 4 x 4: a half or a
 //    quarter of them. "barrier": a stage of 1 x 16 without the linear.
-// Prints each design's time per stage, from graph replays of S = 1 and S = 17 stages.
+// Prints each design's time per stage, from graph replays of S = 1 and S = 17 stages (argument:
+// replays per timing, default 2,000; a few for compute-sanitizer).
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <cstdio>
@@ -20,6 +21,8 @@
 #include <vector>
 
 namespace cg = cooperative_groups;
+
+static int g_reps = 2000; // graph replays per timing
 
 #define CHECK(x)                                                                                     \
   do {                                                                                               \
@@ -116,7 +119,7 @@ static float time_graph(cudaGraphExec_t g, cudaStream_t st, int reps) {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 20; i++) CHECK(cudaGraphLaunch(g, st));
+  for (int i = 0; i < 20 && i < reps; i++) CHECK(cudaGraphLaunch(g, st));
   CHECK(cudaEventRecord(a, st));
   for (int i = 0; i < reps; i++) CHECK(cudaGraphLaunch(g, st));
   CHECK(cudaEventRecord(b, st));
@@ -136,7 +139,7 @@ template <typename Launch> static float time_captured(cudaStream_t st, Launch la
   CHECK(cudaStreamEndCapture(st, &graph));
   cudaGraphExec_t g;
   CHECK(cudaGraphInstantiate(&g, graph, 0));
-  const float t = time_graph(g, st, 2000);
+  const float t = time_graph(g, st, g_reps);
   CHECK(cudaGraphExecDestroy(g));
   CHECK(cudaGraphDestroy(graph));
   return t;
@@ -195,7 +198,11 @@ static float cluster_stage_us(const float* W, float* out, int n, int batches, cu
   return a < 0 || b < 0 ? -1 : (a - b) / 16;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && (g_reps = atoi(argv[1])) < 1) {
+    fprintf(stderr, "usage: tn_cluster_probe [replays per timing, at least 1]\n");
+    return 2;
+  }
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
   printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
