@@ -58,7 +58,7 @@ extern "C" nnp_status nnp_evaluate_cuda(nnp_plan* plan, const nnp_cuda_io* io) {
         return nnp_fail(NNP_ERR_UNSUPPORTED, "this libnnp has no CUDA evaluation of %s models such as '%s' (evaluate it "
                         "with nnp_evaluate_cpu, or OpenMM's Reference or CPU platform)", family->name, plan->model->name);
     if (plan->n_atoms > 0 && io->positions == NULL) return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: positions is NULL");
-    if (io->forces_format != NNP_FORCES_NONE && io->forces == NULL)
+    if (plan->n_atoms > 0 && io->forces_format != NNP_FORCES_NONE && io->forces == NULL)
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: forces is NULL");
     if (io->positions_format < NNP_POSITIONS_XYZ_DOUBLE || io->positions_format > NNP_POSITIONS_DOUBLE4)
         return nnp_fail(NNP_ERR_INVALID_ARGUMENT, "nnp_evaluate_cuda: unknown positions format %d", (int)io->positions_format);

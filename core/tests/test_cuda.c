@@ -489,6 +489,32 @@ static void test_coincident(nnp_model* model) {
     nnp_plan_free(plan);
 }
 
+/* A plan of no atoms: nothing to read or write, so positions and forces may be NULL whatever their
+   formats; the energy gets 0 added, and there are no batch energies. */
+static void test_no_atoms(nnp_model* model) {
+    nnp_plan* plan = gpu_plan(model);
+    CHECK_OK(nnp_plan_set_atoms(plan, 0, NULL, NULL));
+    double* d_energy;
+    const double before = 1.5;
+    double after = 0;
+    CUDA_OK(cudaMalloc((void**)&d_energy, sizeof(double)));
+    CUDA_OK(cudaMemcpy(d_energy, &before, sizeof(double), cudaMemcpyHostToDevice));
+    nnp_cuda_io io = {0};
+    io.positions_format = NNP_POSITIONS_XYZ_DOUBLE;
+    io.forces_format = NNP_FORCES_XYZ_DOUBLE;
+    io.energy = d_energy;
+    io.energy_is_double = 1;
+    CHECK_OK(nnp_evaluate_cuda(plan, &io));
+    io.forces_format = NNP_FORCES_FIXED_POINT;
+    CHECK_OK(nnp_evaluate_cuda(plan, &io));
+    CHECK_OK(nnp_cuda_batch_energies(plan, NULL, NULL));
+    CUDA_OK(cudaMemcpy(&after, d_energy, sizeof(double), cudaMemcpyDeviceToHost));
+    CHECK(after == before);
+    printf("no atoms: forces and positions NULL accepted, energy %.3f before and after\n", after);
+    cudaFree(d_energy);
+    nnp_plan_free(plan);
+}
+
 /* Two plans alive at once whose kernels take different amounts of shared memory (13 molecules and
    one), the larger built first, as with two Contexts in one process or the devices of a Context on
    several GPUs: setting up the second must not make the first's launches fail, and the first gives
@@ -560,6 +586,7 @@ int main(void) {
         system_t two = make_large_system(2); /* 17 to 32 rows of an element: the SIMT few-rows GEMM */
         compare_with_cpu(model, &two, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
         free(two.z), free(two.batch), free(two.pos);
+        test_no_atoms(model);
         free(s.z), free(s.batch), free(s.pos);
         nnp_model_free(model);
         return test_finish("test_cuda (quick)");
@@ -569,6 +596,7 @@ int main(void) {
     compare_with_cpu(model, &s, -1, NNP_PRECISION_DOUBLE, DOUBLE_ENERGY, DOUBLE_FORCES);
     test_two_plans(model, NNP_PRECISION_DOUBLE);
     test_two_plans(model, NNP_PRECISION_SINGLE);
+    test_no_atoms(model);
     {
         system_t one = make_large_system(1); /* one molecule: tensor-core few-rows GEMM (float32), AEV and AEV backward over several blocks per atom */
         compare_with_cpu(model, &one, -1, NNP_PRECISION_SINGLE, SINGLE_ENERGY, SINGLE_FORCES);
