@@ -48,6 +48,11 @@ typedef struct nnp_neighbors {
 nnp_status nnp_neighbors_build(const nnp_plan* plan, const double* pos, const double* box, double cutoff,
                                nnp_neighbors* out);
 void nnp_neighbors_free(nnp_neighbors* nl);
+/* The same with the way of finding candidate pairs chosen (tests): AUTO as nnp_neighbors_build (a cell
+   grid for large batches), ALL_PAIRS every pair of a batch, CELLS the grid wherever it fits. */
+enum { NNP_NEIGHBORS_AUTO = 0, NNP_NEIGHBORS_ALL_PAIRS = 1, NNP_NEIGHBORS_CELLS = 2 };
+nnp_status nnp_neighbors_build_with(const nnp_plan* plan, const double* pos, const double* box, double cutoff, int method,
+                                    nnp_neighbors* out);
 
 /* Runs fn(ctx, item, thread) for item = 0 .. n_items-1 on up to n_threads threads (thread 0 is the
    caller); items are taken in order from a shared counter. */
