@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|sanitize-tensornet-small|multidevice|tensornet|cluster-probe|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|timeline|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|sanitize-tensornet-small|sanitize-grid|multidevice|tensornet|cluster-probe|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|timeline|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -111,6 +111,16 @@ for step in "${steps[@]}"; do
     sanitize_tensornet ;;
   sanitize-tensornet) sanitize_tensornet ;;
   sanitize-tensornet-small) sanitize_tensornet small ;;
+  sanitize-grid)
+    # The neighbour search's cell grid (k_tn_grid, k_tn_neighbors) on the batches of over 512 atoms
+    # (NNP_TEST_QUICK=grid): memcheck of every kernel, racecheck of those two.
+    tn_args
+    NNP_TEST_QUICK=grid timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d/tensornet/o3-atomref.nnpm" "$d/tensornet/random-f72.nnpm" > "$out/sanitizer-memcheck-grid.log" 2>&1
+    echo "compute-sanitizer memcheck on test_tensornet_cuda (grid): exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-memcheck-grid.log" | tail -n 1))"
+    for k in k_tn_grid k_tn_neighbors; do
+      NNP_TEST_QUICK=grid timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --kernel-name "kns=$k" --error-exitcode 9 "$root/build-gpu/core/tests/test_tensornet_cuda" "$d/tensornet/o3-atomref.nnpm" > "$out/sanitizer-racecheck-$k.log" 2>&1
+      echo "compute-sanitizer racecheck ($k) on test_tensornet_cuda (grid): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/sanitizer-racecheck-$k.log" | tail -n 1))"
+    done ;;
   multidevice)
     # NNPForce in a Context on several devices ("0,1", or "0,0" on one GPU) against one device, under
     # memcheck, then the benchmark of 837 x 4 molecules per DeviceIndex list (MULTI_DEVICES, default

@@ -61,6 +61,38 @@ static NNP_TEST_UNUSED system_t make_dense(const char* name, int side) {
     return s;
 }
 
+/* A gas of 1,210 atoms (H, C, N, O in turn) on a jittered grid of 11 × 11 × 10 points in the
+   triclinic cell a = (26, 0, 0), b = (6, 25, 0), c = (−5, 7, 24) Å (reduced form; 4 cells of 5 Å
+   between faces on each axis), 27 neighbours per atom within 5 Å: two interleaved batches, every
+   third atom in batch 1 (403 atoms), the rest in batch 0 (807), charges +1 and 0. Periodic: each
+   fourth atom moved by up to three cells' lattice vectors (wrapped by the minimum image), and with
+   `far` one atom two million boxes away. Else open (a cluster). */
+static NNP_TEST_UNUSED system_t make_gas(const char* name, int periodic, int far) {
+    enum { NA = 11, NB = 11, NC = 10 };
+    system_t s = {name, NA * NB * NC, 2, NULL, NULL, NULL, NULL, {26, 0, 0, 6, 25, 0, -5, 7, 24}, periodic, 0};
+    s.z = malloc(sizeof(int32_t) * s.n), s.batch = malloc(sizeof(int32_t) * s.n);
+    s.charge = calloc(2, sizeof(int32_t)), s.pos = malloc(sizeof(double) * 3 * s.n);
+    s.charge[0] = 1;
+    static const int32_t elements[] = {1, 6, 7, 8};
+    uint32_t r = 2024;
+    for (int i = 0; i < s.n; i++) {
+        const double f[3] = {(i % NA + 0.5) / NA, (i / NA % NB + 0.5) / NB, (i / (NA * NB) + 0.5) / NC};
+        s.z[i] = elements[i % 4];
+        s.batch[i] = i % 3 == 2;
+        for (int c = 0; c < 3; c++) {
+            r = r * 1664525u + 1013904223u;
+            s.pos[3 * i + c] = f[0] * s.box[c] + f[1] * s.box[3 + c] + f[2] * s.box[6 + c] + 0.4 * ((double)(r >> 8) / (double)(1u << 24) - 0.5);
+        }
+        if (periodic && i % 4 == 0) {
+            const int m[3] = {i % 7 - 3, i % 5 - 2, i % 3 - 1};
+            for (int c = 0; c < 3; c++) s.pos[3 * i + c] += m[0] * s.box[c] + m[1] * s.box[3 + c] + m[2] * s.box[6 + c];
+        }
+    }
+    if (periodic && far)
+        for (int c = 0; c < 3; c++) s.pos[3 * 4 + c] += 2e6 * s.box[c]; /* atom 4: batch 0 */
+    return s;
+}
+
 static NNP_TEST_UNUSED nnp_plan* make_plan(nnp_model* model, const system_t* s, int32_t member) {
     nnp_plan* p = NULL;
     CHECK_OK(nnp_plan_create(model, &p));

@@ -2,10 +2,13 @@
  * TensorNet's CUDA evaluation against its CPU evaluation in double precision (which the Python tests
  * compare with torchmd-net itself), for the converted test checkpoints given on the command line:
  * float32 and float64, one molecule, many molecules with total charges −1/0/+1, every AceFF element,
- * a periodic box, over 1,100 atoms (the many-atom kernels), one ensemble member; determinism;
- * OpenMM's layout (float4 positions, a permuted index, fixed-point forces) captured into a CUDA
- * graph and replayed bit-identical to eager calls.
+ * a periodic box, over 1,100 atoms (the many-atom kernels), batches of over 512 atoms in a triclinic
+ * box and open (the neighbour search's cell grid, also where it cannot be used), one ensemble member;
+ * determinism; OpenMM's layout (float4 positions, a permuted index, fixed-point forces) captured into
+ * a CUDA graph and replayed bit-identical to eager calls.
  *   test_tensornet_cuda MODEL.nnpm...
+ * NNP_TEST_QUICK=1: fewer systems, one precision mostly; "small": without the systems over 290
+ * atoms; "grid": the cell grid's two systems alone (for compute-sanitizer).
  * Skips (exit code 77, with the reason) where no CUDA device is present.
  */
 #include "test.h"
@@ -270,7 +273,13 @@ int main(int argc, char** argv) {
            enough for several of their row blocks */
         system_t few = make_system("3 molecules, charged", 1, 3, 1, 0);
         CHECK(few.n > 40 && few.n <= 64);
-        if (quick == NULL) {
+        /* batches of over TN_NBR_CELL_ATOMS (512) atoms: the neighbour search's cell grid */
+        system_t gas = make_gas("gas, triclinic box", 1, 0), cluster = make_gas("gas, open", 0, 0),
+                 far = make_gas("gas, triclinic box, an atom 2e6 boxes away", 1, 1);
+        if (quick != NULL && strcmp(quick, "grid") == 0) { /* the cell grid alone (compute-sanitizer) */
+            compare(name, model, &gas, -1, NNP_PRECISION_SINGLE);
+            compare(name, model, &cluster, -1, NNP_PRECISION_SINGLE);
+        } else if (quick == NULL) {
             for (int p = 0; p < 2; p++) {
                 nnp_precision prec = p ? NNP_PRECISION_DOUBLE : NNP_PRECISION_SINGLE;
                 compare(name, model, one, -1, prec);
@@ -280,7 +289,10 @@ int main(int argc, char** argv) {
                 compare(name, model, box, -1, prec);
                 compare(name, model, dense, -1, prec);
                 compare(name, model, &large, -1, prec);
+                compare(name, model, &gas, -1, prec);
+                compare(name, model, &cluster, -1, prec);
             }
+            compare(name, model, &far, -1, NNP_PRECISION_SINGLE);
             compare(name, model, many, 0, NNP_PRECISION_SINGLE);
         } else { /* the few-atom kernels (one molecule, both precisions) and the many-atom ones; "small":
                     without the 60 molecules (the kernels up to 290 atoms, for racecheck in less time) */
@@ -290,10 +302,12 @@ int main(int argc, char** argv) {
             compare(name, model, many, -1, NNP_PRECISION_SINGLE);
             compare(name, model, dense, -1, NNP_PRECISION_SINGLE);
             if (strcmp(quick, "small") != 0) compare(name, model, &large, -1, NNP_PRECISION_SINGLE);
+            if (strcmp(quick, "small") != 0) compare(name, model, &gas, -1, NNP_PRECISION_SINGLE);
         }
         graph_replay(name, model, many);
+        if (quick == NULL) graph_replay(name, model, &cluster);
         for (int k = 0; k < N_SYSTEMS; k++) free_system(&sys[k]);
-        free_system(&large), free_system(&few);
+        free_system(&large), free_system(&few), free_system(&gas), free_system(&cluster), free_system(&far);
         nnp_model_free(model);
     }
     return test_finish("test_tensornet_cuda");

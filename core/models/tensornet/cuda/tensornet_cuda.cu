@@ -49,6 +49,8 @@
 /* The tuning of TensorNet's CUDA evaluation, in one place. */
 #define TN_THREADS 128             /* threads per atom block (a multiple of 32) */
 #define TN_NBR_WARPS 4             /* atoms per block of the neighbour search */
+#define TN_NBR_CELL_ATOMS 512      /* batches of at least this many atoms: the neighbour search through a cell grid (k_tn_grid), else every pair */
+#define TN_GRID_THREADS 512        /* k_tn_grid: threads per block (a batch) */
 #define TN_CUDA_MAX_NEIGHBORS 1024 /* neighbour slots per atom at most */
 #define TN_TABLE_POINTS 2048       /* float32: grid points of the radial tables over [d0, cutoff_upper] (see RadialTable) */
 #define TN_GEMM_K 32               /* k_tn_chan: the reduction's chunk through shared memory (a multiple of 4) */
@@ -672,16 +674,18 @@ __global__ void k_tn_positions(const void* __restrict__ positions, int format, c
     if (!finite) atomicMin(&flags[TN_FLAG_NONFINITE], i);
 }
 
-/* One warp per atom: the atoms of its batch within rc (d² ≤ rc²), in index order; in double. */
-__global__ void __launch_bounds__(32 * TN_NBR_WARPS)
-    k_tn_neighbors(const nnp_double4* __restrict__ pos, const int* __restrict__ batch, const int* __restrict__ order,
-                   const int* __restrict__ batch_start, int n, int cap, double rc2, Box<double> box, int* __restrict__ nbr_n,
-                   int* __restrict__ nbr_j, nnp_double4* __restrict__ nbr_r, int* __restrict__ flags) {
-    pdl_start();
-    const int i = blockIdx.x * TN_NBR_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (i >= n) return;
+__device__ __forceinline__ void nbr_pair(const nnp_double4* __restrict__ pos, const nnp_double4& ri, int j, const Box<double>& box,
+                                         double& dx, double& dy, double& dz, double& d2) {
+    const nnp_double4 rj = pos[j];
+    dx = rj.x - ri.x, dy = rj.y - ri.y, dz = rj.z - ri.z;
+    min_image(dx, dy, dz, box);
+    d2 = dx * dx + dy * dy + dz * dz;
+}
+__device__ __forceinline__ void nbr_all_pairs(const nnp_double4* __restrict__ pos, const int* __restrict__ order, int i, int q0, int q1,
+                                              int cap, double rc2, const Box<double>& box, int* __restrict__ nbr_n, int* __restrict__ nbr_j,
+                                              nnp_double4* __restrict__ nbr_r, int* __restrict__ flags) {
+    const int lane = threadIdx.x % 32;
     const nnp_double4 ri = pos[i];
-    const int b = batch[i], q0 = batch_start[b], q1 = batch_start[b + 1];
     int found = 0;
     for (int base = q0; base < q1; base += 32) {
         const int q = base + lane;
@@ -691,10 +695,7 @@ __global__ void __launch_bounds__(32 * TN_NBR_WARPS)
         if (q < q1) {
             j = order[q];
             if (j != i) {
-                const nnp_double4 rj = pos[j];
-                dx = rj.x - ri.x, dy = rj.y - ri.y, dz = rj.z - ri.z;
-                min_image(dx, dy, dz, box);
-                d2 = dx * dx + dy * dy + dz * dz;
+                nbr_pair(pos, ri, j, box, dx, dy, dz, d2);
                 hit = d2 <= rc2;
                 if (hit && d2 == 0) atomicMax(&flags[TN_FLAG_COINCIDENT], 1);
             }
@@ -714,6 +715,242 @@ __global__ void __launch_bounds__(32 * TN_NBR_WARPS)
         nbr_n[i] = found < cap ? found : cap;
         if (found > cap) atomicMax(&flags[TN_FLAG_CAPACITY], found);
     }
+}
+
+/*
+ * The cell grids of the batches of at least TN_NBR_CELL_ATOMS atoms (k_tn_grid, a block per such
+ * batch, every evaluation): per axis, cells whose extent (the distance between their faces: along the
+ * box's reciprocal axes when periodic, else along x, y, z over the batch's bounding box) is at least
+ * the cutoff, at most about 2 per atom (fewer, wider cells on the longest axes), as the CPU's
+ * neighbour search makes them (core/src/neighbors.c). Each atom's cell (cell_of), each cell's atoms
+ * (their positions q in the plan's order, a cell's in any order: cell_start, cell_atoms). A grid is
+ * marked unusable (dims[3] = 0: k_tn_neighbors then compares every pair) where a periodic axis has
+ * fewer than 3 cells, for a coordinate or box that is not finite, or for an atom a million boxes away.
+ */
+struct TnGrid {
+    const int* batches; /* the batches with a grid, one block each */
+    const int* off;     /* per batch: its cells' first entry in start (cells + 1 entries), or −1 */
+    int *dims, *start, *cell_of, *slot, *atoms; /* dims: per batch n0, n1, n2, usable; cell_of: per atom; slot, atoms: per position q */
+};
+__device__ __forceinline__ double block_reduce_minmax(double v, bool is_max, double* red) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const double w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmax(v, w) : fmin(v, w);
+    }
+    __syncthreads(); /* red is free */
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = red[0];
+    for (int w = 1; w < (int)blockDim.x / 32; w++) v = is_max ? fmax(v, red[w]) : fmin(v, red[w]);
+    return v;
+}
+__global__ void __launch_bounds__(TN_GRID_THREADS)
+    k_tn_grid(const nnp_double4* __restrict__ pos, const int* __restrict__ order, const int* __restrict__ batch_start, double rc,
+              Box<double> box, TnGrid g) {
+    pdl_start();
+    __shared__ double red[TN_GRID_THREADS / 32];
+    __shared__ double lo_s[3], ext_s[3];
+    __shared__ int n_s[3], bad;
+    __shared__ int sums[TN_GRID_THREADS / 32];
+    const int b = g.batches[blockIdx.x], q0 = batch_start[b], q1 = batch_start[b + 1], m = q1 - q0, t = threadIdx.x;
+    int* start = g.start + g.off[b];
+    if (t == 0) bad = 0;
+    if (!box.periodic) { /* the bounding box (fmin and fmax pass over NaN: the cells below catch it) */
+        double lo[3], hi[3];
+        for (int k = 0; k < 3; k++) lo[k] = INFINITY, hi[k] = -INFINITY;
+        for (int q = q0 + t; q < q1; q += blockDim.x) {
+            const nnp_double4 r = pos[order[q]];
+            lo[0] = fmin(lo[0], r.x), lo[1] = fmin(lo[1], r.y), lo[2] = fmin(lo[2], r.z);
+            hi[0] = fmax(hi[0], r.x), hi[1] = fmax(hi[1], r.y), hi[2] = fmax(hi[2], r.z);
+        }
+        for (int k = 0; k < 3; k++) {
+            const double l = block_reduce_minmax(lo[k], false, red), h = block_reduce_minmax(hi[k], true, red);
+            if (t == 0) lo_s[k] = l, ext_s[k] = h - l;
+        }
+    } else if (t == 0) {
+        /* reduced form: a = (ax, 0, 0), b = (bx, by, 0), c = (cx, cy, cz); the distances between
+           opposite faces are V / |b × c|, V / |c × a|, V / |a × b| */
+        const double ax = box.a[0], bx = box.a[3], by = box.a[4], cx = box.a[6], cy = box.a[7], cz = box.a[8];
+        const double V = ax * by * cz, bc0 = by * cz, bc1 = -bx * cz, bc2 = bx * cy - by * cx, ca1 = cz * ax, ca2 = -cy * ax;
+        ext_s[0] = V / sqrt(bc0 * bc0 + bc1 * bc1 + bc2 * bc2);
+        ext_s[1] = V / sqrt(ca1 * ca1 + ca2 * ca2);
+        ext_s[2] = cz;
+        if (!(ax > 0 && by > 0 && cz > 0 && isfinite(ax * by * cz * bx * cx * cy))) bad = 1;
+    }
+    if (t == 0) {
+        const double margin = rc * (1 + 1e-6); /* cells a little wider than the cutoff: rounding cannot move a pair two cells apart */
+        int n[3];
+        for (int k = 0; k < 3; k++) {
+            const double c = floor(ext_s[k] / margin);
+            if (!isfinite(ext_s[k])) bad = 1;
+            n[k] = !(c >= 1) ? 1 : c > 1024 ? 1024 : (int)c;
+            if (box.periodic && n[k] < 3) bad = 1;
+        }
+        while ((double)n[0] * n[1] * n[2] > 2.0 * m + 27) {
+            const int k = n[0] >= n[1] && n[0] >= n[2] ? 0 : n[1] >= n[2] ? 1 : 2;
+            if (box.periodic && n[k] <= 3) break;
+            n[k]--;
+        }
+        for (int k = 0; k < 3; k++) n_s[k] = n[k];
+    }
+    __syncthreads();
+    const int n0 = n_s[0], n1 = n_s[1], n2 = n_s[2], cells = n0 * n1 * n2;
+    if (bad) {
+        if (t == 0) g.dims[4 * b + 3] = 0;
+        return;
+    }
+    for (int c = t; c <= cells; c += blockDim.x) start[c] = 0;
+    __syncthreads();
+    /* each atom's cell, counted (its place among the cell's atoms: the order of the atomics) */
+    for (int q = q0 + t; q < q1; q += blockDim.x) {
+        const int i = order[q];
+        const nnp_double4 r = pos[i];
+        double s[3];
+        bool ok = true;
+        if (box.periodic) { /* fractional coordinates, wrapped into [0, 1) */
+            s[2] = r.z / box.a[8];
+            s[1] = (r.y - s[2] * box.a[7]) / box.a[4];
+            s[0] = (r.x - s[1] * box.a[3] - s[2] * box.a[6]) / box.a[0];
+#pragma unroll
+            for (int k = 0; k < 3; k++) {
+                ok = ok && fabs(s[k]) < 1e6; /* a million boxes away: the wrap would lose the cells' margin */
+                s[k] -= floor(s[k]);
+            }
+        } else {
+            const double x[3] = {r.x, r.y, r.z};
+#pragma unroll
+            for (int k = 0; k < 3; k++) s[k] = ext_s[k] > 0 ? (x[k] - lo_s[k]) / ext_s[k] : 0;
+        }
+        int c[3];
+        const int nk[3] = {n0, n1, n2};
+#pragma unroll
+        for (int k = 0; k < 3; k++) {
+            ok = ok && isfinite(s[k]);
+            c[k] = ok ? (int)(s[k] * nk[k]) : 0;
+            c[k] = c[k] < 0 ? 0 : c[k] >= nk[k] ? nk[k] - 1 : c[k];
+        }
+        if (!ok) atomicOr(&bad, 1);
+        const int cell = (c[2] * n1 + c[1]) * n0 + c[0];
+        g.cell_of[i] = cell;
+        g.slot[q] = atomicAdd(&start[cell], 1);
+    }
+    __syncthreads();
+    if (bad) {
+        if (t == 0) g.dims[4 * b + 3] = 0;
+        return;
+    }
+    /* the counts into each cell's first entry (an exclusive scan, in chunks of the block) */
+    int carry = 0;
+    for (int c0 = 0; c0 < cells; c0 += blockDim.x) {
+        const int c = c0 + t, v = c < cells ? start[c] : 0;
+        int x = v;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, x, o);
+            if (t % 32 >= o) x += y;
+        }
+        if (t % 32 == 31) sums[t / 32] = x;
+        __syncthreads();
+        int before = carry, total = carry;
+        for (int w = 0; w < (int)blockDim.x / 32; w++) {
+            if (w < t / 32) before += sums[w];
+            total += sums[w];
+        }
+        if (c < cells) start[c] = before + x - v;
+        carry = total;
+        __syncthreads(); /* sums is free */
+    }
+    if (t == 0) start[cells] = m;
+    __syncthreads();
+    for (int q = q0 + t; q < q1; q += blockDim.x) g.atoms[q0 + start[g.cell_of[order[q]]] + g.slot[q]] = q;
+    if (t == 0) g.dims[4 * b] = n0, g.dims[4 * b + 1] = n1, g.dims[4 * b + 2] = n2, g.dims[4 * b + 3] = 1;
+}
+
+/* One warp per atom: the atoms of its batch within rc (d² ≤ rc²), in index order; in double. With
+   a usable grid (k_tn_grid), only the atoms of the 27 cells around its own are compared, and the hits
+   (at most cap, else every pair as without) are put in index order by their ranks: the same list. */
+__global__ void __launch_bounds__(32 * TN_NBR_WARPS)
+    k_tn_neighbors(const nnp_double4* __restrict__ pos, const int* __restrict__ batch, const int* __restrict__ order,
+                   const int* __restrict__ batch_start, int n, int cap, double rc2, Box<double> box, TnGrid g, int* __restrict__ nbr_n,
+                   int* __restrict__ nbr_j, nnp_double4* __restrict__ nbr_r, int* __restrict__ flags) {
+    pdl_start();
+    const int i = blockIdx.x * TN_NBR_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    if (i >= n) return;
+    const int b = batch[i], q0 = batch_start[b], q1 = batch_start[b + 1];
+    if (g.off == NULL || g.off[b] < 0 || g.dims[4 * b + 3] == 0) {
+        nbr_all_pairs(pos, order, i, q0, q1, cap, rc2, box, nbr_n, nbr_j, nbr_r, flags);
+        return;
+    }
+    __shared__ int hits[TN_NBR_WARPS][TN_CUDA_MAX_NEIGHBORS];
+    __shared__ int cell_first[TN_NBR_WARPS][32], cell_base[TN_NBR_WARPS][32];
+    const int n0 = g.dims[4 * b], n1 = g.dims[4 * b + 1], n2 = g.dims[4 * b + 2];
+    const int* start = g.start + g.off[b];
+    const int c = g.cell_of[i], c0 = c % n0, c1 = c / n0 % n1, c2 = c / (n0 * n1);
+    /* lane k < 27: the cell at offset (k % 3, k / 3 % 3, k / 9) − 1 (distinct: at least 3 cells per
+       periodic axis), its atoms numbered after those of the cells before it */
+    int count = 0, first = 0;
+    if (lane < 27) {
+        int k0 = c0 + lane % 3 - 1, k1 = c1 + lane / 3 % 3 - 1, k2 = c2 + lane / 9 - 1;
+        bool in = true;
+        if (box.periodic)
+            k0 = (k0 + n0) % n0, k1 = (k1 + n1) % n1, k2 = (k2 + n2) % n2;
+        else
+            in = k0 >= 0 && k0 < n0 && k1 >= 0 && k1 < n1 && k2 >= 0 && k2 < n2;
+        if (in) {
+            const int cc = (k2 * n1 + k1) * n0 + k0;
+            first = start[cc], count = start[cc + 1] - first;
+        }
+    }
+    int incl = count;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+    }
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    cell_first[w][lane] = first, cell_base[w][lane] = incl - count;
+    __syncwarp();
+    const nnp_double4 ri = pos[i];
+    int found = 0;
+    for (int base = 0; base < total; base += 32) {
+        const int u = base + lane;
+        bool hit = false;
+        int q = -1;
+        if (u < total) {
+            int k = 0; /* the last cell whose first candidate is at most u (an empty cell's is its successor's) */
+            for (int step = 16; step > 0; step >>= 1)
+                if (k + step < 27 && cell_base[w][k + step] <= u) k += step;
+            q = g.atoms[q0 + cell_first[w][k] + (u - cell_base[w][k])];
+            const int j = order[q];
+            if (j != i) {
+                double dx, dy, dz, d2;
+                nbr_pair(pos, ri, j, box, dx, dy, dz, d2);
+                hit = d2 <= rc2;
+                if (hit && d2 == 0) atomicMax(&flags[TN_FLAG_COINCIDENT], 1);
+            }
+        }
+        const unsigned mask = __ballot_sync(0xffffffffu, hit);
+        const int slot = found + __popc(mask & ((1u << lane) - 1));
+        if (hit && slot < cap) hits[w][slot] = q;
+        found += __popc(mask);
+    }
+    if (found > cap) { /* too many: every pair, as without the grid (its first cap and the flag) */
+        nbr_all_pairs(pos, order, i, q0, q1, cap, rc2, box, nbr_n, nbr_j, nbr_r, flags);
+        return;
+    }
+    __syncwarp();
+    for (int h = lane; h < found; h += 32) {
+        const int q = hits[w][h];
+        int rank = 0;
+        for (int h2 = 0; h2 < found; h2++) rank += hits[w][h2] < q;
+        const int j = order[q];
+        nnp_double4 r;
+        double d2;
+        nbr_pair(pos, ri, j, box, r.x, r.y, r.z, d2);
+        r.w = sqrt(d2);
+        const size_t k = (size_t)i * cap + rank;
+        nbr_j[k] = j;
+        nbr_r[k] = r;
+    }
+    if (lane == 0) nbr_n[i] = found;
 }
 
 /*
@@ -2410,6 +2647,9 @@ typedef struct tn_cuda_state {
     void* layers;                               /* host: TnLayer<real> per member and layer */
     double* atomref;                            /* device, double: every member's means, betas and atomref */
     int *z, *batch, *order, *batch_start, *particle, *atom_of, *force_index, *nbr_n, *nbr_j, *flags;
+    int* grid;       /* the cell grids' device data (TnGrid, tn_grid), or NULL where no batch has TN_NBR_CELL_ATOMS atoms */
+    int n_grid;      /* ... the batches with a grid */
+    size_t grid_cells; /* ... their cells' entries (2 m + 28 each: TnGrid::start) */
     void *pos, *nbr_r, *cq, *work;              /* work: the per-atom and per-edge buffers */
     size_t work_bytes, edge_bytes;              /* edge_bytes: the part (gd, gu) at its end */
     void* gd;                                   /* start of gd, gu in work */
@@ -2444,7 +2684,7 @@ static void tn_state_free(tn_cuda_state* s) {
 #endif
     void* dev[] = {s->weights, s->tables, s->ztab, s->atomref, s->z, s->batch, s->order, s->batch_start, s->particle, s->atom_of, s->force_index,
                    s->nbr_n, s->nbr_j, s->flags, s->pos, s->nbr_r, s->cq, s->work, s->atom_e, s->force, s->base.batch_energy,
-                   s->split, s->split_count};
+                   s->split, s->split_count, s->grid};
     for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
         if (dev[k]) cudaFree(dev[k]);
     if (s->host_flags) cudaFreeHost(s->host_flags);
@@ -2797,6 +3037,27 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     TN_UPLOAD(s->batch, plan->batches, N * sizeof(int));
     TN_UPLOAD(s->order, plan->order, N * sizeof(int));
     TN_UPLOAD(s->batch_start, plan->batch_start, (size_t)(nb + 1) * sizeof(int));
+    /* the cell grids of the large batches (k_tn_grid): at most 2 m + 27 cells each, one entry more */
+    s->n_grid = 0, s->grid_cells = 0;
+    for (int b = 0; b < nb; b++) {
+        const int m = plan->batch_start[b + 1] - plan->batch_start[b];
+        if (m >= TN_NBR_CELL_ATOMS) s->n_grid++, s->grid_cells += 2 * (size_t)m + 28;
+    }
+    if (s->n_grid > 0) {
+        int* host = (int*)malloc(((size_t)s->n_grid + nb) * sizeof(int));
+        if (host == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
+        TN_ALLOC(s->grid, ((size_t)s->n_grid + 5 * (size_t)nb + s->grid_cells + 3 * N) * sizeof(int));
+        int g = 0;
+        size_t off = 0;
+        for (int b = 0; b < nb; b++) {
+            const int m = plan->batch_start[b + 1] - plan->batch_start[b];
+            host[s->n_grid + b] = m >= TN_NBR_CELL_ATOMS ? (int)off : -1;
+            if (m >= TN_NBR_CELL_ATOMS) host[g++] = b, off += 2 * (size_t)m + 28;
+        }
+        const cudaError_t e = cudaMemcpy(s->grid, host, ((size_t)s->n_grid + nb) * sizeof(int), cudaMemcpyHostToDevice);
+        free(host);
+        if (e != cudaSuccess) return nnp_fail(NNP_ERR_CUDA, "uploading the cell grids: %s", cudaGetErrorString(cudaGetLastError()));
+    }
     const size_t P = (size_t)(n_particles > 0 ? n_particles : 1);
     int* particle = (int*)malloc(N * sizeof(int) + 1);
     int* atom_of = (int*)malloc(P * sizeof(int));
@@ -2870,6 +3131,22 @@ template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, c
     return b;
 }
 
+/* The cell grids in s->grid: batches (n_grid), off (n_batches), dims (4 n_batches), start
+   (grid_cells), cell_of, slot, atoms (n each); all NULL without grids. */
+static TnGrid tn_grid(const tn_cuda_state* s) {
+    TnGrid g = {};
+    if (s->grid == NULL) return g;
+    int* p = s->grid;
+    g.batches = p, p += s->n_grid;
+    g.off = p, p += s->n_batches;
+    g.dims = p, p += 4 * (size_t)s->n_batches;
+    g.start = p, p += s->grid_cells;
+    g.cell_of = p, p += s->n;
+    g.slot = p, p += s->n;
+    g.atoms = p;
+    return g;
+}
+
 /* k_tn_rows with RW rows per warp and the epilogue epi (TN_EPI_*) over n rows */
 template <typename real, int RW> static void launch_rows(bool pdl, int epi, const RowsIO<real>& io, int n, cudaStream_t stream) {
     const dim3 grid((n + 4 * RW - 1) / (4 * RW), (io.on + 31) / 32);
@@ -2908,8 +3185,12 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                  io->sorted_particles, s->atom_of, slots, s->particle, n, to_model, (nnp_double4*)s->pos, s->force_index, s->flags,
                  s->atom_e, forces ? s->force : (double*)NULL);
         const double rc = tm->cutoff;
+        const TnGrid grid = tn_grid(s);
+        if (s->n_grid > 0)
+            launch_k(pdl, k_tn_grid, dim3(s->n_grid), dim3(TN_GRID_THREADS), 0, stream, (const nnp_double4*)s->pos, s->order,
+                     s->batch_start, rc, box, grid);
         launch_k(pdl, k_tn_neighbors, dim3((n + TN_NBR_WARPS - 1) / TN_NBR_WARPS), dim3(32 * TN_NBR_WARPS), 0, stream,
-                 (const nnp_double4*)s->pos, s->batch, s->order, s->batch_start, n, s->cap, rc * rc, box, s->nbr_n, s->nbr_j,
+                 (const nnp_double4*)s->pos, s->batch, s->order, s->batch_start, n, s->cap, rc * rc, box, grid, s->nbr_n, s->nbr_j,
                  (nnp_double4*)s->nbr_r, s->flags);
         const TnNet<real>* nets = (const TnNet<real>*)s->nets;
         const TnLayer<real>* layers = (const TnLayer<real>*)s->layers;
