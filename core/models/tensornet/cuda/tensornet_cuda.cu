@@ -50,7 +50,8 @@
 #define TN_THREADS 128             /* threads per atom block (a multiple of 32) */
 #define TN_NBR_WARPS 4             /* atoms per block of the neighbour search */
 #define TN_NBR_CELL_ATOMS 512      /* batches of at least this many atoms: the neighbour search through a cell grid (k_tn_grid), else every pair */
-#define TN_GRID_THREADS 512        /* k_tn_grid: threads per block (a batch) */
+#define TN_GRID_THREADS 1024       /* k_tn_grid: threads per block (a batch) */
+#define TN_GRID_CELLS 8192         /* ... cells per batch at most (its counts in shared memory) */
 #define TN_CUDA_MAX_NEIGHBORS 1024 /* neighbour slots per atom at most */
 #define TN_TABLE_POINTS 2048       /* float32: grid points of the radial tables over [d0, cutoff_upper] (see RadialTable) */
 #define TN_GEMM_K 32               /* k_tn_chan: the reduction's chunk through shared memory (a multiple of 4) */
@@ -721,52 +722,54 @@ __device__ __forceinline__ void nbr_all_pairs(const nnp_double4* __restrict__ po
  * The cell grids of the batches of at least TN_NBR_CELL_ATOMS atoms (k_tn_grid, a block per such
  * batch, every evaluation): per axis, cells whose extent (the distance between their faces: along the
  * box's reciprocal axes when periodic, else along x, y, z over the batch's bounding box) is at least
- * the cutoff, at most about 2 per atom (fewer, wider cells on the longest axes), as the CPU's
- * neighbour search makes them (core/src/neighbors.c). Each atom's cell (cell_of), each cell's atoms
- * (their positions q in the plan's order, a cell's in any order: cell_start, cell_atoms). A grid is
- * marked unusable (dims[3] = 0: k_tn_neighbors then compares every pair) where a periodic axis has
- * fewer than 3 cells, for a coordinate or box that is not finite, or for an atom a million boxes away.
+ * the cutoff, at most about 2 per atom and TN_GRID_CELLS in all (fewer, wider cells on the longest
+ * axes), as the CPU's neighbour search makes them (core/src/neighbors.c). Each atom's cell (cell_of);
+ * each cell's atoms and their positions (atoms, pos: a cell's in any order; start: where each cell's
+ * begin). A grid is marked unusable (dims[3] = 0: k_tn_neighbors then compares every pair) where a
+ * periodic axis has fewer than 3 cells, for a coordinate or box that is not finite, or for an atom a
+ * million boxes away.
  */
 struct TnGrid {
     const int* batches; /* the batches with a grid, one block each */
     const int* off;     /* per batch: its cells' first entry in start (cells + 1 entries), or −1 */
     int *dims, *start, *cell_of, *slot, *atoms; /* dims: per batch n0, n1, n2, usable; cell_of: per atom; slot, atoms: per position q */
+    nnp_double4* pos;                           /* per position q, as atoms */
 };
-__device__ __forceinline__ double block_reduce_minmax(double v, bool is_max, double* red) {
-    for (int o = 16; o > 0; o >>= 1) {
-        const double w = __shfl_xor_sync(0xffffffffu, v, o);
-        v = is_max ? fmax(v, w) : fmin(v, w);
-    }
-    __syncthreads(); /* red is free */
-    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-    __syncthreads();
-    v = red[0];
-    for (int w = 1; w < (int)blockDim.x / 32; w++) v = is_max ? fmax(v, red[w]) : fmin(v, red[w]);
-    return v;
-}
 __global__ void __launch_bounds__(TN_GRID_THREADS)
     k_tn_grid(const nnp_double4* __restrict__ pos, const int* __restrict__ order, const int* __restrict__ batch_start, double rc,
               Box<double> box, TnGrid g) {
     pdl_start();
-    __shared__ double red[TN_GRID_THREADS / 32];
+    constexpr int W = TN_GRID_THREADS / 32;
+    __shared__ int count[TN_GRID_CELLS];
+    __shared__ double red[6][W];
     __shared__ double lo_s[3], ext_s[3];
-    __shared__ int n_s[3], bad;
-    __shared__ int sums[TN_GRID_THREADS / 32];
+    __shared__ int n_s[3], bad, sums[W];
     const int b = g.batches[blockIdx.x], q0 = batch_start[b], q1 = batch_start[b + 1], m = q1 - q0, t = threadIdx.x;
-    int* start = g.start + g.off[b];
+    const int lane = t % 32, warp = t / 32;
     if (t == 0) bad = 0;
     if (!box.periodic) { /* the bounding box (fmin and fmax pass over NaN: the cells below catch it) */
-        double lo[3], hi[3];
-        for (int k = 0; k < 3; k++) lo[k] = INFINITY, hi[k] = -INFINITY;
-        for (int q = q0 + t; q < q1; q += blockDim.x) {
+        double v[6] = {INFINITY, INFINITY, INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        for (int q = q0 + t; q < q1; q += TN_GRID_THREADS) {
             const nnp_double4 r = pos[order[q]];
-            lo[0] = fmin(lo[0], r.x), lo[1] = fmin(lo[1], r.y), lo[2] = fmin(lo[2], r.z);
-            hi[0] = fmax(hi[0], r.x), hi[1] = fmax(hi[1], r.y), hi[2] = fmax(hi[2], r.z);
+            v[0] = fmin(v[0], r.x), v[1] = fmin(v[1], r.y), v[2] = fmin(v[2], r.z);
+            v[3] = fmax(v[3], r.x), v[4] = fmax(v[4], r.y), v[5] = fmax(v[5], r.z);
         }
-        for (int k = 0; k < 3; k++) {
-            const double l = block_reduce_minmax(lo[k], false, red), h = block_reduce_minmax(hi[k], true, red);
-            if (t == 0) lo_s[k] = l, ext_s[k] = h - l;
+#pragma unroll
+        for (int k = 0; k < 6; k++) {
+            for (int o = 16; o > 0; o >>= 1) {
+                const double u = __shfl_xor_sync(0xffffffffu, v[k], o);
+                v[k] = k < 3 ? fmin(v[k], u) : fmax(v[k], u);
+            }
+            if (lane == 0) red[k][warp] = v[k];
         }
+        __syncthreads();
+        if (t < 6) {
+            double u = red[t][0];
+            for (int w = 1; w < W; w++) u = t < 3 ? fmin(u, red[t][w]) : fmax(u, red[t][w]);
+            red[t][0] = u;
+        }
+        __syncthreads();
+        if (t < 3) lo_s[t] = red[t][0], ext_s[t] = red[t + 3][0] - red[t][0];
     } else if (t == 0) {
         /* reduced form: a = (ax, 0, 0), b = (bx, by, 0), c = (cx, cy, cz); the distances between
            opposite faces are V / |b × c|, V / |c × a|, V / |a × b| */
@@ -777,8 +780,10 @@ __global__ void __launch_bounds__(TN_GRID_THREADS)
         ext_s[2] = cz;
         if (!(ax > 0 && by > 0 && cz > 0 && isfinite(ax * by * cz * bx * cx * cy))) bad = 1;
     }
+    __syncthreads();
     if (t == 0) {
         const double margin = rc * (1 + 1e-6); /* cells a little wider than the cutoff: rounding cannot move a pair two cells apart */
+        const double most = fmin(2.0 * m + 27, (double)TN_GRID_CELLS);
         int n[3];
         for (int k = 0; k < 3; k++) {
             const double c = floor(ext_s[k] / margin);
@@ -786,7 +791,7 @@ __global__ void __launch_bounds__(TN_GRID_THREADS)
             n[k] = !(c >= 1) ? 1 : c > 1024 ? 1024 : (int)c;
             if (box.periodic && n[k] < 3) bad = 1;
         }
-        while ((double)n[0] * n[1] * n[2] > 2.0 * m + 27) {
+        while ((double)n[0] * n[1] * n[2] > most) {
             const int k = n[0] >= n[1] && n[0] >= n[2] ? 0 : n[1] >= n[2] ? 1 : 2;
             if (box.periodic && n[k] <= 3) break;
             n[k]--;
@@ -799,10 +804,10 @@ __global__ void __launch_bounds__(TN_GRID_THREADS)
         if (t == 0) g.dims[4 * b + 3] = 0;
         return;
     }
-    for (int c = t; c <= cells; c += blockDim.x) start[c] = 0;
+    for (int c = t; c < cells; c += TN_GRID_THREADS) count[c] = 0;
     __syncthreads();
     /* each atom's cell, counted (its place among the cell's atoms: the order of the atomics) */
-    for (int q = q0 + t; q < q1; q += blockDim.x) {
+    for (int q = q0 + t; q < q1; q += TN_GRID_THREADS) {
         const int i = order[q];
         const nnp_double4 r = pos[i];
         double s[3];
@@ -832,36 +837,38 @@ __global__ void __launch_bounds__(TN_GRID_THREADS)
         if (!ok) atomicOr(&bad, 1);
         const int cell = (c[2] * n1 + c[1]) * n0 + c[0];
         g.cell_of[i] = cell;
-        g.slot[q] = atomicAdd(&start[cell], 1);
+        g.slot[q] = atomicAdd(&count[cell], 1);
     }
     __syncthreads();
     if (bad) {
         if (t == 0) g.dims[4 * b + 3] = 0;
         return;
     }
-    /* the counts into each cell's first entry (an exclusive scan, in chunks of the block) */
-    int carry = 0;
-    for (int c0 = 0; c0 < cells; c0 += blockDim.x) {
-        const int c = c0 + t, v = c < cells ? start[c] : 0;
-        int x = v;
-        for (int o = 1; o < 32; o <<= 1) {
-            const int y = __shfl_up_sync(0xffffffffu, x, o);
-            if (t % 32 >= o) x += y;
-        }
-        if (t % 32 == 31) sums[t / 32] = x;
-        __syncthreads();
-        int before = carry, total = carry;
-        for (int w = 0; w < (int)blockDim.x / 32; w++) {
-            if (w < t / 32) before += sums[w];
-            total += sums[w];
-        }
-        if (c < cells) start[c] = before + x - v;
-        carry = total;
-        __syncthreads(); /* sums is free */
+    /* the counts into each cell's first entry: an exclusive scan, each thread over a run of cells */
+    const int per = (cells + TN_GRID_THREADS - 1) / TN_GRID_THREADS, c0 = t * per, c1 = min(c0 + per, cells);
+    int run = 0;
+    for (int c = c0; c < c1; c++) run += count[c];
+    int x = run;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) sums[warp] = x;
+    __syncthreads();
+    int before = x - run;
+    for (int w = 0; w < warp; w++) before += sums[w];
+    int* start = g.start + g.off[b];
+    for (int c = c0; c < c1; c++) {
+        const int k = count[c];
+        count[c] = before, start[c] = before;
+        before += k;
     }
     if (t == 0) start[cells] = m;
     __syncthreads();
-    for (int q = q0 + t; q < q1; q += blockDim.x) g.atoms[q0 + start[g.cell_of[order[q]]] + g.slot[q]] = q;
+    for (int q = q0 + t; q < q1; q += TN_GRID_THREADS) {
+        const int i = order[q], e = q0 + count[g.cell_of[i]] + g.slot[q];
+        g.atoms[e] = i, g.pos[e] = pos[i];
+    }
     if (t == 0) g.dims[4 * b] = n0, g.dims[4 * b + 1] = n1, g.dims[4 * b + 2] = n2, g.dims[4 * b + 3] = 1;
 }
 
@@ -906,30 +913,32 @@ __global__ void __launch_bounds__(32 * TN_NBR_WARPS)
         if (lane >= o) incl += y;
     }
     const int total = __shfl_sync(0xffffffffu, incl, 31);
-    cell_first[w][lane] = first, cell_base[w][lane] = incl - count;
+    cell_first[w][lane] = q0 + first, cell_base[w][lane] = incl - count;
     __syncwarp();
     const nnp_double4 ri = pos[i];
     int found = 0;
     for (int base = 0; base < total; base += 32) {
         const int u = base + lane;
         bool hit = false;
-        int q = -1;
+        int j = -1;
         if (u < total) {
             int k = 0; /* the last cell whose first candidate is at most u (an empty cell's is its successor's) */
             for (int step = 16; step > 0; step >>= 1)
                 if (k + step < 27 && cell_base[w][k + step] <= u) k += step;
-            q = g.atoms[q0 + cell_first[w][k] + (u - cell_base[w][k])];
-            const int j = order[q];
+            const int e = cell_first[w][k] + (u - cell_base[w][k]);
+            j = g.atoms[e];
+            const nnp_double4 rj = g.pos[e]; /* pos[j], copied */
             if (j != i) {
-                double dx, dy, dz, d2;
-                nbr_pair(pos, ri, j, box, dx, dy, dz, d2);
+                double dx = rj.x - ri.x, dy = rj.y - ri.y, dz = rj.z - ri.z;
+                min_image(dx, dy, dz, box);
+                const double d2 = dx * dx + dy * dy + dz * dz;
                 hit = d2 <= rc2;
                 if (hit && d2 == 0) atomicMax(&flags[TN_FLAG_COINCIDENT], 1);
             }
         }
         const unsigned mask = __ballot_sync(0xffffffffu, hit);
         const int slot = found + __popc(mask & ((1u << lane) - 1));
-        if (hit && slot < cap) hits[w][slot] = q;
+        if (hit && slot < cap) hits[w][slot] = j;
         found += __popc(mask);
     }
     if (found > cap) { /* too many: every pair, as without the grid (its first cap and the flag) */
@@ -937,14 +946,14 @@ __global__ void __launch_bounds__(32 * TN_NBR_WARPS)
         return;
     }
     __syncwarp();
+    /* a batch's atoms are in index order in the plan's order: ranks by index */
     for (int h = lane; h < found; h += 32) {
-        const int q = hits[w][h];
-        int rank = 0;
-        for (int h2 = 0; h2 < found; h2++) rank += hits[w][h2] < q;
-        const int j = order[q];
+        const int j = hits[w][h];
         nnp_double4 r;
         double d2;
         nbr_pair(pos, ri, j, box, r.x, r.y, r.z, d2);
+        int rank = 0;
+        for (int h2 = 0; h2 < found; h2++) rank += hits[w][h2] < j;
         r.w = sqrt(d2);
         const size_t k = (size_t)i * cap + rank;
         nbr_j[k] = j;
@@ -2649,7 +2658,7 @@ typedef struct tn_cuda_state {
     int *z, *batch, *order, *batch_start, *particle, *atom_of, *force_index, *nbr_n, *nbr_j, *flags;
     int* grid;       /* the cell grids' device data (TnGrid, tn_grid), or NULL where no batch has TN_NBR_CELL_ATOMS atoms */
     int n_grid;      /* ... the batches with a grid */
-    size_t grid_cells; /* ... their cells' entries (2 m + 28 each: TnGrid::start) */
+    size_t grid_cells; /* ... their cells' entries (TnGrid::start: tn_grid_entries) */
     void *pos, *nbr_r, *cq, *work;              /* work: the per-atom and per-edge buffers */
     size_t work_bytes, edge_bytes;              /* edge_bytes: the part (gd, gu) at its end */
     void* gd;                                   /* start of gd, gu in work */
@@ -2659,6 +2668,28 @@ typedef struct tn_cuda_state {
     int* host_flags_dev;
     CUcontext context;
 } tn_cuda_state;
+
+/* The cell grids in s->grid: the ints batches (n_grid), off (n_batches), dims (4 n_batches), start
+   (grid_cells), cell_of, slot, atoms (n each), then pos (n, 16-byte aligned); all NULL without
+   grids. A batch of m atoms has at most 2 m + 27 cells and TN_GRID_CELLS, and one entry more. */
+static size_t tn_grid_entries(int m) { return (size_t)(2 * (size_t)m + 27 < TN_GRID_CELLS ? 2 * (size_t)m + 27 : TN_GRID_CELLS) + 1; }
+static size_t tn_grid_ints(const tn_cuda_state* s) {
+    return ((size_t)s->n_grid + 5 * (size_t)s->n_batches + s->grid_cells + 3 * (size_t)s->n + 3) / 4 * 4;
+}
+static TnGrid tn_grid(const tn_cuda_state* s) {
+    TnGrid g = {};
+    if (s->grid == NULL) return g;
+    int* p = s->grid;
+    g.batches = p, p += s->n_grid;
+    g.off = p, p += s->n_batches;
+    g.dims = p, p += 4 * (size_t)s->n_batches;
+    g.start = p, p += s->grid_cells;
+    g.cell_of = p, p += s->n;
+    g.slot = p, p += s->n;
+    g.atoms = p;
+    g.pos = (nnp_double4*)(s->grid + tn_grid_ints(s));
+    return g;
+}
 
 /* x as TF32 high + low parts, as k_tn_chan_tc's tf32_hi splits its inputs: cvt.rna.tf32.f32 (round
    to nearest, ties away from zero, the low 13 bits zero), then the remainder (exact in float) so. */
@@ -3037,22 +3068,22 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     TN_UPLOAD(s->batch, plan->batches, N * sizeof(int));
     TN_UPLOAD(s->order, plan->order, N * sizeof(int));
     TN_UPLOAD(s->batch_start, plan->batch_start, (size_t)(nb + 1) * sizeof(int));
-    /* the cell grids of the large batches (k_tn_grid): at most 2 m + 27 cells each, one entry more */
+    /* the cell grids of the large batches (k_tn_grid) */
     s->n_grid = 0, s->grid_cells = 0;
     for (int b = 0; b < nb; b++) {
         const int m = plan->batch_start[b + 1] - plan->batch_start[b];
-        if (m >= TN_NBR_CELL_ATOMS) s->n_grid++, s->grid_cells += 2 * (size_t)m + 28;
+        if (m >= TN_NBR_CELL_ATOMS) s->n_grid++, s->grid_cells += tn_grid_entries(m);
     }
     if (s->n_grid > 0) {
         int* host = (int*)malloc(((size_t)s->n_grid + nb) * sizeof(int));
         if (host == NULL) return nnp_fail(NNP_ERR_MEMORY, "out of memory");
-        TN_ALLOC(s->grid, ((size_t)s->n_grid + 5 * (size_t)nb + s->grid_cells + 3 * N) * sizeof(int));
+        TN_ALLOC(s->grid, tn_grid_ints(s) * sizeof(int) + N * sizeof(nnp_double4));
         int g = 0;
         size_t off = 0;
         for (int b = 0; b < nb; b++) {
             const int m = plan->batch_start[b + 1] - plan->batch_start[b];
             host[s->n_grid + b] = m >= TN_NBR_CELL_ATOMS ? (int)off : -1;
-            if (m >= TN_NBR_CELL_ATOMS) host[g++] = b, off += 2 * (size_t)m + 28;
+            if (m >= TN_NBR_CELL_ATOMS) host[g++] = b, off += tn_grid_entries(m);
         }
         const cudaError_t e = cudaMemcpy(s->grid, host, ((size_t)s->n_grid + nb) * sizeof(int), cudaMemcpyHostToDevice);
         free(host);
@@ -3131,21 +3162,6 @@ template <typename real> static TnBuf<real> tn_buffers(const tn_cuda_state* s, c
     return b;
 }
 
-/* The cell grids in s->grid: batches (n_grid), off (n_batches), dims (4 n_batches), start
-   (grid_cells), cell_of, slot, atoms (n each); all NULL without grids. */
-static TnGrid tn_grid(const tn_cuda_state* s) {
-    TnGrid g = {};
-    if (s->grid == NULL) return g;
-    int* p = s->grid;
-    g.batches = p, p += s->n_grid;
-    g.off = p, p += s->n_batches;
-    g.dims = p, p += 4 * (size_t)s->n_batches;
-    g.start = p, p += s->grid_cells;
-    g.cell_of = p, p += s->n;
-    g.slot = p, p += s->n;
-    g.atoms = p;
-    return g;
-}
 
 /* k_tn_rows with RW rows per warp and the epilogue epi (TN_EPI_*) over n rows */
 template <typename real, int RW> static void launch_rows(bool pdl, int epi, const RowsIO<real>& io, int n, cudaStream_t stream) {
