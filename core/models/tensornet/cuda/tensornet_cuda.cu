@@ -50,8 +50,9 @@
 #define TN_THREADS 128             /* threads per atom block (a multiple of 32) */
 #define TN_NBR_WARPS 4             /* atoms per block of the neighbour search */
 #define TN_NBR_CELL_ATOMS 512      /* batches of at least this many atoms: the neighbour search through a cell grid (k_tn_grid), else every pair */
-#define TN_GRID_THREADS 1024       /* k_tn_grid: threads per block (a batch) */
+#define TN_GRID_THREADS 512        /* k_tn_grid: threads per block (a batch) */
 #define TN_GRID_CELLS 8192         /* ... cells per batch at most (its counts in shared memory) */
+#define TN_GRID_UNROLL 4           /* ... atoms per thread whose loads are in flight together */
 #define TN_CUDA_MAX_NEIGHBORS 1024 /* neighbour slots per atom at most */
 #define TN_TABLE_POINTS 2048       /* float32: grid points of the radial tables over [d0, cutoff_upper] (see RadialTable) */
 #define TN_GEMM_K 32               /* k_tn_chan: the reduction's chunk through shared memory (a multiple of 4) */
@@ -806,38 +807,50 @@ __global__ void __launch_bounds__(TN_GRID_THREADS)
     }
     for (int c = t; c < cells; c += TN_GRID_THREADS) count[c] = 0;
     __syncthreads();
-    /* each atom's cell, counted (its place among the cell's atoms: the order of the atomics) */
-    for (int q = q0 + t; q < q1; q += TN_GRID_THREADS) {
-        const int i = order[q];
-        const nnp_double4 r = pos[i];
-        double s[3];
-        bool ok = true;
-        if (box.periodic) { /* fractional coordinates, wrapped into [0, 1) */
-            s[2] = r.z / box.a[8];
-            s[1] = (r.y - s[2] * box.a[7]) / box.a[4];
-            s[0] = (r.x - s[1] * box.a[3] - s[2] * box.a[6]) / box.a[0];
+    /* each atom's cell, counted (its place among the cell's atoms: the order of the atomics); each
+       thread's loads for TN_GRID_UNROLL atoms at a time */
+    constexpr int U = TN_GRID_UNROLL;
+    for (int qb = q0 + t; qb < q1; qb += U * TN_GRID_THREADS) {
+        int iu[U];
+        nnp_double4 ru[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) iu[u] = qb + u * TN_GRID_THREADS < q1 ? order[qb + u * TN_GRID_THREADS] : -1;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (iu[u] >= 0) ru[u] = pos[iu[u]];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (iu[u] < 0) continue;
+            const nnp_double4 r = ru[u];
+            double s[3];
+            bool ok = true;
+            if (box.periodic) { /* fractional coordinates, wrapped into [0, 1) */
+                s[2] = r.z / box.a[8];
+                s[1] = (r.y - s[2] * box.a[7]) / box.a[4];
+                s[0] = (r.x - s[1] * box.a[3] - s[2] * box.a[6]) / box.a[0];
+#pragma unroll
+                for (int k = 0; k < 3; k++) {
+                    ok = ok && fabs(s[k]) < 1e6; /* a million boxes away: the wrap would lose the cells' margin */
+                    s[k] -= floor(s[k]);
+                }
+            } else {
+                const double x[3] = {r.x, r.y, r.z};
+#pragma unroll
+                for (int k = 0; k < 3; k++) s[k] = ext_s[k] > 0 ? (x[k] - lo_s[k]) / ext_s[k] : 0;
+            }
+            int c[3];
+            const int nk[3] = {n0, n1, n2};
 #pragma unroll
             for (int k = 0; k < 3; k++) {
-                ok = ok && fabs(s[k]) < 1e6; /* a million boxes away: the wrap would lose the cells' margin */
-                s[k] -= floor(s[k]);
+                ok = ok && isfinite(s[k]);
+                c[k] = ok ? (int)(s[k] * nk[k]) : 0;
+                c[k] = c[k] < 0 ? 0 : c[k] >= nk[k] ? nk[k] - 1 : c[k];
             }
-        } else {
-            const double x[3] = {r.x, r.y, r.z};
-#pragma unroll
-            for (int k = 0; k < 3; k++) s[k] = ext_s[k] > 0 ? (x[k] - lo_s[k]) / ext_s[k] : 0;
+            if (!ok) atomicOr(&bad, 1);
+            const int cell = (c[2] * n1 + c[1]) * n0 + c[0];
+            g.cell_of[iu[u]] = cell;
+            g.slot[qb + u * TN_GRID_THREADS] = atomicAdd(&count[cell], 1);
         }
-        int c[3];
-        const int nk[3] = {n0, n1, n2};
-#pragma unroll
-        for (int k = 0; k < 3; k++) {
-            ok = ok && isfinite(s[k]);
-            c[k] = ok ? (int)(s[k] * nk[k]) : 0;
-            c[k] = c[k] < 0 ? 0 : c[k] >= nk[k] ? nk[k] - 1 : c[k];
-        }
-        if (!ok) atomicOr(&bad, 1);
-        const int cell = (c[2] * n1 + c[1]) * n0 + c[0];
-        g.cell_of[i] = cell;
-        g.slot[q] = atomicAdd(&count[cell], 1);
     }
     __syncthreads();
     if (bad) {
@@ -865,9 +878,23 @@ __global__ void __launch_bounds__(TN_GRID_THREADS)
     }
     if (t == 0) start[cells] = m;
     __syncthreads();
-    for (int q = q0 + t; q < q1; q += TN_GRID_THREADS) {
-        const int i = order[q], e = q0 + count[g.cell_of[i]] + g.slot[q];
-        g.atoms[e] = i, g.pos[e] = pos[i];
+    for (int qb = q0 + t; qb < q1; qb += U * TN_GRID_THREADS) {
+        int iu[U], su[U], cu[U];
+        nnp_double4 ru[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int q = qb + u * TN_GRID_THREADS;
+            iu[u] = q < q1 ? order[q] : -1, su[u] = q < q1 ? g.slot[q] : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (iu[u] >= 0) cu[u] = g.cell_of[iu[u]], ru[u] = pos[iu[u]];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (iu[u] >= 0) {
+                const int e = q0 + count[cu[u]] + su[u];
+                g.atoms[e] = iu[u], g.pos[e] = ru[u];
+            }
     }
     if (t == 0) g.dims[4 * b] = n0, g.dims[4 * b + 1] = n1, g.dims[4 * b + 2] = n2, g.dims[4 * b + 3] = 1;
 }
@@ -917,29 +944,35 @@ __global__ void __launch_bounds__(32 * TN_NBR_WARPS)
     __syncwarp();
     const nnp_double4 ri = pos[i];
     int found = 0;
-    for (int base = 0; base < total; base += 32) {
-        const int u = base + lane;
-        bool hit = false;
-        int j = -1;
-        if (u < total) {
-            int k = 0; /* the last cell whose first candidate is at most u (an empty cell's is its successor's) */
-            for (int step = 16; step > 0; step >>= 1)
-                if (k + step < 27 && cell_base[w][k + step] <= u) k += step;
-            const int e = cell_first[w][k] + (u - cell_base[w][k]);
-            j = g.atoms[e];
-            const nnp_double4 rj = g.pos[e]; /* pos[j], copied */
-            if (j != i) {
-                double dx = rj.x - ri.x, dy = rj.y - ri.y, dz = rj.z - ri.z;
+    for (int base = 0; base < total; base += 64) { /* two candidates per lane: their loads in flight together */
+        int j[2] = {-1, -1};
+        nnp_double4 rj[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int u = base + 32 * h + lane;
+            if (u < total) {
+                int k = 0; /* the last cell whose first candidate is at most u (an empty cell's is its successor's) */
+                for (int step = 16; step > 0; step >>= 1)
+                    if (k + step < 27 && cell_base[w][k + step] <= u) k += step;
+                const int e = cell_first[w][k] + (u - cell_base[w][k]);
+                j[h] = g.atoms[e], rj[h] = g.pos[e]; /* pos[j], copied */
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            bool hit = false;
+            if (j[h] >= 0 && j[h] != i) {
+                double dx = rj[h].x - ri.x, dy = rj[h].y - ri.y, dz = rj[h].z - ri.z;
                 min_image(dx, dy, dz, box);
                 const double d2 = dx * dx + dy * dy + dz * dz;
                 hit = d2 <= rc2;
                 if (hit && d2 == 0) atomicMax(&flags[TN_FLAG_COINCIDENT], 1);
             }
+            const unsigned mask = __ballot_sync(0xffffffffu, hit);
+            const int slot = found + __popc(mask & ((1u << lane) - 1));
+            if (hit && slot < cap) hits[w][slot] = j[h];
+            found += __popc(mask);
         }
-        const unsigned mask = __ballot_sync(0xffffffffu, hit);
-        const int slot = found + __popc(mask & ((1u << lane) - 1));
-        if (hit && slot < cap) hits[w][slot] = j;
-        found += __popc(mask);
     }
     if (found > cap) { /* too many: every pair, as without the grid (its first cap and the flag) */
         nbr_all_pairs(pos, order, i, q0, q1, cap, rc2, box, nbr_n, nbr_j, nbr_r, flags);
