@@ -62,27 +62,33 @@ static NNP_TEST_UNUSED system_t make_dense(const char* name, int side) {
     return s;
 }
 
-/* A gas of 1,210 atoms (H, C, N, O in turn) on a jittered grid of 11 × 11 × 10 points in the
-   triclinic cell a = (26, 0, 0), b = (6, 25, 0), c = (−5, 7, 24) Å (reduced form; 4 cells of 5 Å
-   between faces on each axis), 27 neighbours per atom within 5 Å: two interleaved batches, every
-   third atom in batch 1 (403 atoms), the rest in batch 0 (807), charges +1 and 0. Periodic: each
-   fourth atom moved by up to three cells' lattice vectors (wrapped by the minimum image), and with
-   `far` one atom two million boxes away. Else open (a cluster). Its float32 batch energies are held
-   to 5e-5 of the mean |batch energy|: each sums 400-800 atoms' float32 terms of both signs into a
-   small total (random-f72: 0.38 for the two batches; measured on the H100 up to 1.4e-5, the other
-   test models up to 4.8e-6), while float64 must still agree to 1e-12. */
+/* Gases of H, C, N, O (in turn) on jittered grids of points in triclinic cells (reduced form), 24-40
+   neighbours per atom within 5 Å, for the CUDA neighbour search's cell grids. Periodic: 14 × 14 × 13
+   points in a = (33, 0, 0), b = (8, 32, 0), c = (−6, 9, 31) Å (6 cells of 5 Å between faces on each
+   axis), two interleaved batches, every third atom in batch 1 (849 atoms), the rest in batch 0
+   (1,699), charges +1 and 0; each fourth atom moved by up to three cells' lattice vectors (wrapped by
+   the minimum image), and with `far` one atom of batch 0 two million boxes away. Open: 18 × 18 × 15
+   points in a = (41, 0, 0), b = (10, 40, 0), c = (−8, 11, 38), every tenth atom in batch 1 (486),
+   the rest in batch 0 (4,374). Their float32 batch energies are held to 5e-5 of the mean |batch
+   energy|: each sums 800-4,400 atoms' float32 terms of both signs into a small total (measured on
+   the H100 with 807- and 403-atom batches: random-f72 1.4e-5, the other test models up to 4.8e-6),
+   while float64 must still agree to 1e-12. */
 static NNP_TEST_UNUSED system_t make_gas(const char* name, int periodic, int far) {
-    enum { NA = 11, NB = 11, NC = 10 };
-    system_t s = {name, NA * NB * NC, 2, NULL, NULL, NULL, NULL, {26, 0, 0, 6, 25, 0, -5, 7, 24}, periodic, 0, 5e-5};
+    const int na = periodic ? 14 : 18, nb = periodic ? 14 : 18, nc = periodic ? 13 : 15;
+    system_t s = {name, na * nb * nc, 2, NULL, NULL, NULL, NULL, {33, 0, 0, 8, 32, 0, -6, 9, 31}, periodic, 0, 5e-5};
+    if (!periodic) {
+        const double open[9] = {41, 0, 0, 10, 40, 0, -8, 11, 38};
+        memcpy(s.box, open, sizeof open);
+    }
     s.z = malloc(sizeof(int32_t) * s.n), s.batch = malloc(sizeof(int32_t) * s.n);
     s.charge = calloc(2, sizeof(int32_t)), s.pos = malloc(sizeof(double) * 3 * s.n);
     s.charge[0] = 1;
     static const int32_t elements[] = {1, 6, 7, 8};
     uint32_t r = 2024;
     for (int i = 0; i < s.n; i++) {
-        const double f[3] = {(i % NA + 0.5) / NA, (i / NA % NB + 0.5) / NB, (i / (NA * NB) + 0.5) / NC};
+        const double f[3] = {(i % na + 0.5) / na, (i / na % nb + 0.5) / nb, (i / (na * nb) + 0.5) / nc};
         s.z[i] = elements[i % 4];
-        s.batch[i] = i % 3 == 2;
+        s.batch[i] = periodic ? i % 3 == 2 : i % 10 == 9;
         for (int c = 0; c < 3; c++) {
             r = r * 1664525u + 1013904223u;
             s.pos[3 * i + c] = f[0] * s.box[c] + f[1] * s.box[3 + c] + f[2] * s.box[6 + c] + 0.4 * ((double)(r >> 8) / (double)(1u << 24) - 0.5);

@@ -2,8 +2,9 @@
  * TensorNet's CUDA evaluation against its CPU evaluation in double precision (which the Python tests
  * compare with torchmd-net itself), for the converted test checkpoints given on the command line:
  * float32 and float64, one molecule, many molecules with total charges −1/0/+1, every AceFF element,
- * a periodic box, over 1,100 atoms (the many-atom kernels), batches of over 512 atoms in a triclinic
- * box and open (the neighbour search's cell grid, also where it cannot be used), one ensemble member;
+ * a periodic box, over 1,100 atoms (the many-atom kernels), a batch of 1,699 atoms in a triclinic box
+ * and one of 4,374 without (the neighbour search's cell grids, also where one cannot be used), one
+ * ensemble member;
  * determinism; OpenMM's layout (float4 positions, a permuted index, fixed-point forces) captured into
  * a CUDA graph and replayed bit-identical to eager calls.
  *   test_tensornet_cuda MODEL.nnpm...
@@ -274,7 +275,8 @@ int main(int argc, char** argv) {
            enough for several of their row blocks */
         system_t few = make_system("3 molecules, charged", 1, 3, 1, 0);
         CHECK(few.n > 40 && few.n <= 64);
-        /* batches of over TN_NBR_CELL_ATOMS (512) atoms: the neighbour search's cell grid */
+        /* batches of at least TN_NBR_CELL_ATOMS (1,024) atoms in a box and TN_NBR_CELL_ATOMS_OPEN (4,096)
+           without: the neighbour search's cell grids */
         system_t gas = make_gas("gas, triclinic box", 1, 0), cluster = make_gas("gas, open", 0, 0),
                  far = make_gas("gas, triclinic box, an atom 2e6 boxes away", 1, 1);
         if (quick != NULL && strcmp(quick, "grid") == 0) { /* the cell grid alone (compute-sanitizer) */

@@ -49,7 +49,8 @@
 /* The tuning of TensorNet's CUDA evaluation, in one place. */
 #define TN_THREADS 128             /* threads per atom block (a multiple of 32) */
 #define TN_NBR_WARPS 4             /* atoms per block of the neighbour search */
-#define TN_NBR_CELL_ATOMS 512      /* batches of at least this many atoms: the neighbour search through a cell grid (k_tn_grid), else every pair */
+#define TN_NBR_CELL_ATOMS 1024     /* periodic batches of at least this many atoms: the neighbour search through a cell grid (k_tn_grid), else every pair (1,536 atoms measured 5-7 us a step faster) */
+#define TN_NBR_CELL_ATOMS_OPEN 4096 /* ... open batches (no box) of at least this many (a cluster of 2,100 atoms measured 8-13 us a step slower with the grid) */
 #define TN_GRID_THREADS 512        /* k_tn_grid: threads per block (a batch) */
 #define TN_GRID_CELLS 8192         /* ... cells per batch at most (its counts in shared memory) */
 #define TN_GRID_UNROLL 4           /* ... atoms per thread whose loads are in flight together */
@@ -720,8 +721,8 @@ __device__ __forceinline__ void nbr_all_pairs(const nnp_double4* __restrict__ po
 }
 
 /*
- * The cell grids of the batches of at least TN_NBR_CELL_ATOMS atoms (k_tn_grid, a block per such
- * batch, every evaluation): per axis, cells whose extent (the distance between their faces: along the
+ * The cell grids of the batches of at least TN_NBR_CELL_ATOMS atoms, or TN_NBR_CELL_ATOMS_OPEN without a
+ * box (k_tn_grid, a block per such batch, every evaluation): per axis, cells whose extent (the distance between their faces: along the
  * box's reciprocal axes when periodic, else along x, y, z over the batch's bounding box) is at least
  * the cutoff, at most about 2 per atom and TN_GRID_CELLS in all (fewer, wider cells on the longest
  * axes), as the CPU's neighbour search makes them (core/src/neighbors.c). Each atom's cell (cell_of);
@@ -747,6 +748,10 @@ __global__ void __launch_bounds__(TN_GRID_THREADS)
     __shared__ int n_s[3], bad, sums[W];
     const int b = g.batches[blockIdx.x], q0 = batch_start[b], q1 = batch_start[b + 1], m = q1 - q0, t = threadIdx.x;
     const int lane = t % 32, warp = t / 32;
+    if (!box.periodic && m < TN_NBR_CELL_ATOMS_OPEN) { /* every pair is as quick */
+        if (t == 0) g.dims[4 * b + 3] = 0;
+        return;
+    }
     if (t == 0) bad = 0;
     if (!box.periodic) { /* the bounding box (fmin and fmax pass over NaN: the cells below catch it) */
         double v[6] = {INFINITY, INFINITY, INFINITY, -INFINITY, -INFINITY, -INFINITY};
@@ -2691,6 +2696,7 @@ typedef struct tn_cuda_state {
     int *z, *batch, *order, *batch_start, *particle, *atom_of, *force_index, *nbr_n, *nbr_j, *flags;
     int* grid;       /* the cell grids' device data (TnGrid, tn_grid), or NULL where no batch has TN_NBR_CELL_ATOMS atoms */
     int n_grid;      /* ... the batches with a grid */
+    int n_grid_open; /* ... of them, those of at least TN_NBR_CELL_ATOMS_OPEN atoms (a grid without a box too) */
     size_t grid_cells; /* ... their cells' entries (TnGrid::start: tn_grid_entries) */
     void *pos, *nbr_r, *cq, *work;              /* work: the per-atom and per-edge buffers */
     size_t work_bytes, edge_bytes;              /* edge_bytes: the part (gd, gu) at its end */
@@ -3102,10 +3108,12 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
     TN_UPLOAD(s->order, plan->order, N * sizeof(int));
     TN_UPLOAD(s->batch_start, plan->batch_start, (size_t)(nb + 1) * sizeof(int));
     /* the cell grids of the large batches (k_tn_grid) */
-    s->n_grid = 0, s->grid_cells = 0;
+    static_assert(TN_NBR_CELL_ATOMS_OPEN >= TN_NBR_CELL_ATOMS, "the open batches with a grid are among the periodic ones");
+    s->n_grid = 0, s->n_grid_open = 0, s->grid_cells = 0;
     for (int b = 0; b < nb; b++) {
         const int m = plan->batch_start[b + 1] - plan->batch_start[b];
         if (m >= TN_NBR_CELL_ATOMS) s->n_grid++, s->grid_cells += tn_grid_entries(m);
+        if (m >= TN_NBR_CELL_ATOMS_OPEN) s->n_grid_open++;
     }
     if (s->n_grid > 0) {
         int* host = (int*)malloc(((size_t)s->n_grid + nb) * sizeof(int));
@@ -3234,8 +3242,9 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                  io->sorted_particles, s->atom_of, slots, s->particle, n, to_model, (nnp_double4*)s->pos, s->force_index, s->flags,
                  s->atom_e, forces ? s->force : (double*)NULL);
         const double rc = tm->cutoff;
-        const TnGrid grid = tn_grid(s);
-        if (s->n_grid > 0)
+        const bool gridded = s->n_grid > 0 && (box.periodic || s->n_grid_open > 0);
+        const TnGrid grid = gridded ? tn_grid(s) : TnGrid{};
+        if (gridded)
             launch_k(pdl, k_tn_grid, dim3(s->n_grid), dim3(TN_GRID_THREADS), 0, stream, (const nnp_double4*)s->pos, s->order,
                      s->batch_start, rc, box, grid);
         launch_k(pdl, k_tn_neighbors, dim3((n + TN_NBR_WARPS - 1) / TN_NBR_WARPS), dim3(32 * TN_NBR_WARPS), 0, stream,
