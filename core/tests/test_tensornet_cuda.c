@@ -80,13 +80,12 @@ static void compare(const char* model_name, nnp_model* model, const system_t* s,
     for (int b = 0; b < s->n_batches; b++) worst = fmax(worst, fabs(b_gpu[b] - b_cpu[b]) / fmax(dbl ? fabs(b_cpu[b]) : scale, 1e-300));
     const double frms = rms_relative(f_cpu, f_gpu, (int)n3);
     const double single_forces = s->single_forces > 0 ? s->single_forces : SINGLE_FORCES;
-    const double single_energy = s->single_energy > 0 ? s->single_energy : SINGLE_ENERGY;
     printf("%s, %s, %d atoms in %d batches, %s, member %d: energy CPU %.12g GPU %.12g, worst batch %.2e (of %s), forces rel RMS %.2e\n",
            model_name, s->name, s->n, s->n_batches, dbl ? "double" : "single", member, e_cpu, e_gpu, worst,
            dbl ? "its energy" : "the mean |batch energy|", frms);
-    if (worst > (dbl ? DOUBLE_ENERGY : single_energy) || frms > (dbl ? DOUBLE_FORCES : single_forces))
+    if (worst > (dbl ? DOUBLE_ENERGY : SINGLE_ENERGY) || frms > (dbl ? DOUBLE_FORCES : single_forces))
         printf("  FAILED: %s, %s, %s\n", model_name, s->name, dbl ? "double" : "single");
-    CHECK(worst <= (dbl ? DOUBLE_ENERGY : single_energy));
+    CHECK(worst <= (dbl ? DOUBLE_ENERGY : SINGLE_ENERGY));
     CHECK(frms <= (dbl ? DOUBLE_FORCES : single_forces));
     /* the same bits again; and energy alone agrees with energy and forces */
     double e2 = 0, *f2 = malloc(sizeof(double) * n3), *b2 = malloc(sizeof(double) * (s->n_batches + 1));
