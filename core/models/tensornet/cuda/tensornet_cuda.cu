@@ -9,7 +9,8 @@
  *   positions   each atom's position (from OpenMM's reordered buffers one thread per slot, the
  *               particle's atom taking it), in the model's length unit; non-finite coordinates flagged
  *   neighbours  one warp per atom: the atoms of its batch within the cutoff, in index order
- *               (ballot compaction), minimum image; capacity and coincident atoms flagged
+ *               (ballot compaction), minimum image; capacity and coincident atoms flagged; in large
+ *               batches through a cell grid made each evaluation (k_tn_grid, k_tn_neighbors)
  *   per member: the embedding (k_tn_embed: edge sum, parts, norm MLP; the channel linear elt;
  *               x0_step), each interaction layer (its first channel linear: Y; k_tn_layer_b:
  *               messages, the product; its second channel linear; update_step, the last layer's
