@@ -722,10 +722,10 @@ __device__ __forceinline__ void nbr_all_pairs(const nnp_double4* __restrict__ po
 }
 
 /*
- * The cell grids of the batches of at least TN_NBR_CELL_ATOMS atoms, or TN_NBR_CELL_ATOMS_OPEN without a
- * box (k_tn_grid, a block per such batch, every evaluation): per axis, cells whose extent (the distance between their faces: along the
- * box's reciprocal axes when periodic, else along x, y, z over the batch's bounding box) is at least
- * the cutoff, at most about 2 per atom and TN_GRID_CELLS in all (fewer, wider cells on the longest
+ * The cell grids of the batches of at least TN_NBR_CELL_ATOMS atoms, or TN_NBR_CELL_ATOMS_OPEN
+ * without a box (k_tn_grid, a block per such batch, every evaluation): per axis, cells whose extent
+ * (the distance between their faces: along the box's reciprocal axes when periodic, else along x, y,
+ * z over the batch's bounding box) is at least the cutoff, at most about 2 per atom and TN_GRID_CELLS in all (fewer, wider cells on the longest
  * axes), as the CPU's neighbour search makes them (core/src/neighbors.c). Each atom's cell (cell_of);
  * each cell's atoms and their positions (atoms, pos: a cell's in any order; start: where each cell's
  * begin). A grid is marked unusable (dims[3] = 0: k_tn_neighbors then compares every pair) where a
@@ -735,8 +735,9 @@ __device__ __forceinline__ void nbr_all_pairs(const nnp_double4* __restrict__ po
 struct TnGrid {
     const int* batches; /* the batches with a grid, one block each */
     const int* off;     /* per batch: its cells' first entry in start (cells + 1 entries), or −1 */
-    int *dims, *start, *cell_of, *slot, *atoms; /* dims: per batch n0, n1, n2, usable; cell_of: per atom; slot, atoms: per position q */
-    nnp_double4* pos;                           /* per position q, as atoms */
+    int *dims, *start, *cell_of, *slot, *atoms; /* dims: per batch n0, n1, n2, usable; cell_of: per atom; slot: per position q, its
+                                                   place in its cell; atoms: a batch's entries q0 .. q1 − 1 in cell order, the atoms */
+    nnp_double4* pos;                           /* ... and their positions */
 };
 __global__ void __launch_bounds__(TN_GRID_THREADS)
     k_tn_grid(const nnp_double4* __restrict__ pos, const int* __restrict__ order, const int* __restrict__ batch_start, double rc,
