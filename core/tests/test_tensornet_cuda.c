@@ -4,9 +4,8 @@
  * float32 and float64, one molecule, many molecules with total charges −1/0/+1, every AceFF element,
  * a periodic box, over 1,100 atoms (the many-atom kernels), a batch of 1,699 atoms in a triclinic box
  * and one of 4,374 without (the neighbour search's cell grids, also where one cannot be used), one
- * ensemble member;
- * determinism; OpenMM's layout (float4 positions, a permuted index, fixed-point forces) captured into
- * a CUDA graph and replayed bit-identical to eager calls.
+ * ensemble member; determinism; OpenMM's layout (float4 positions, a permuted index, fixed-point
+ * forces) captured into a CUDA graph and replayed bit-identical to eager calls.
  *   test_tensornet_cuda MODEL.nnpm...
  * NNP_TEST_QUICK=1: fewer systems, one precision mostly; "small": without the systems over 290
  * atoms; "grid": the cell grid's two systems alone (for compute-sanitizer).
