@@ -15,10 +15,10 @@
 //  - push AG x CG: the same clusters, but each block holds the full rows (all F channels) of its
 //    atom group in its own shared memory, so a linear reads only local shared memory, and stores its
 //    results into the next buffer of every block of its atom group before the one cluster barrier of
-//    the stage. Two linears: a thread per row x 8 outputs (push; "16x1 sync": 16 x 1 with
+//    the stage. Three linears: a thread per row x 8 outputs (push; "16x1 sync": 16 x 1 with
 //    __syncthreads instead of the cluster barrier, so the blocks' own arithmetic; "16x1 bar": the
-//    barrier alone), and a warp per 16-row tile x 8 outputs on the tensor cores as three TF32
-//    products (push_tc).
+//    barrier alone), a warp per 16-row tile x 8 outputs on the tensor cores as three TF32 products
+//    (push_tc), a warp per 4 rows x C outputs with k split over its lanes (push2).
 // Prints each design's time per stage, from graph replays of S = 1 and S = 17 stages (argument:
 // replays per timing, default 2,000; a few for compute-sanitizer).
 #include <cooperative_groups.h>
@@ -259,6 +259,78 @@ __global__ void __launch_bounds__(256) k_push_tc(const float* __restrict__ W, fl
   P.finish(out, n, stages);
 }
 
+// ---- push2: push with a tiled linear: a warp per tile of 4 rows (of one part) x C outputs, its lane
+// (ks, c4) taking outputs 4 c4 .. 4 c4 + 3 of the 4 rows over every KS-th group of 4 k (KS = 32 / (C /
+// 4); 16 multiply-adds per 8 float4 loads), the KS partial sums added by xor shuffles, lane ks < 4
+// then storing row ks of the tile to the atom group's blocks. ----
+template <int AG, int CG>
+__global__ void __launch_bounds__(512) k_push2(const float* __restrict__ W, float* out, int n, int stages) {
+  constexpr int C = F / CG, LD = F + 4, C4 = C / 4, KS = 32 / C4;
+  static_assert(C4 <= 32 && 32 % C4 == 0, "a warp's lanes cover the outputs");
+  extern __shared__ float4 smem4[];
+  cg::cluster_group cl = cg::this_cluster();
+  const Push<AG, CG> P(W, reinterpret_cast<float*>(smem4), n, cl);
+  const int cgr = P.cgr, na = P.na, Ra = P.Ra, Rmax = P.Rmax;
+  const float* w = P.w;
+  float* buf = P.buf;
+  float* peer[CG];
+#pragma unroll
+  for (int o = 0; o < CG; o++) peer[o] = cl.map_shared_rank(buf, P.ag * CG + o);
+  const int t0 = (na + 3) / 4, t1 = (3 * na + 3) / 4, t2 = (6 * na + 3) / 4, tiles = t0 + t1 + t2;
+  const int lane = threadIdx.x % 32, c4 = lane % C4, ks = lane / C4;
+  for (int s = 0; s < stages; s++) {
+    const float* src = buf + (s & 1) * Rmax * LD;
+    const int di = ((s + 1) & 1) * Rmax * LD;
+    for (int tile = threadIdx.x / 32; tile < tiles; tile += blockDim.x / 32) {
+      int p, re, r0;
+      if (tile < t0) p = 0, re = na, r0 = 4 * tile;
+      else if (tile < t0 + t1) p = 1, re = 4 * na, r0 = na + 4 * (tile - t0);
+      else p = 2, re = 10 * na, r0 = 4 * na + 4 * (tile - t0 - t1);
+      const float* xr[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) xr[i] = src + (r0 + i < re ? r0 + i : r0) * LD;
+      const float* wp = w + (size_t)p * F * C + 4 * c4;
+      float acc[4][4] = {};
+#pragma unroll 2
+      for (int k = 4 * ks; k < F; k += 4 * KS) {
+        float4 xv[4], wv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) xv[i] = *reinterpret_cast<const float4*>(xr[i] + k);
+#pragma unroll
+        for (int j = 0; j < 4; j++) wv[j] = *reinterpret_cast<const float4*>(wp + (size_t)(k + j) * C);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const float xs[4] = {xv[i].x, xv[i].y, xv[i].z, xv[i].w};
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            acc[i][0] += xs[j] * wv[j].x, acc[i][1] += xs[j] * wv[j].y;
+            acc[i][2] += xs[j] * wv[j].z, acc[i][3] += xs[j] * wv[j].w;
+          }
+        }
+      }
+#pragma unroll
+      for (int m = C4; m < 32; m *= 2)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int c = 0; c < 4; c++) acc[i][c] += __shfl_xor_sync(0xffffffffu, acc[i][c], m);
+      for (int i = ks; i < 4; i += KS) {
+        const int r = r0 + i;
+        if (r >= re) continue;
+        float v[4];
+#pragma unroll
+        for (int ii = 0; ii < 4; ii++)
+          if (ii == i) v[0] = acc[ii][0], v[1] = acc[ii][1], v[2] = acc[ii][2], v[3] = acc[ii][3];
+        const float4 o4 = make_float4(step_fn(v[0]), step_fn(v[1]), step_fn(v[2]), step_fn(v[3]));
+        const int off = di + r * LD + cgr * C + 4 * c4;
+#pragma unroll
+        for (int o = 0; o < CG; o++) *reinterpret_cast<float4*>(peer[o] + off) = o4;
+      }
+    }
+    cl.sync();
+  }
+  P.finish(out, n, stages);
+}
 
 static float time_graph(cudaGraphExec_t g, cudaStream_t st, int reps) {
   cudaEvent_t a, b;
@@ -345,16 +417,16 @@ static float cluster_stage_us(const float* W, float* out, int n, int batches, cu
 
 
 template <int AG, int CG>
-static float push_us(const float* W, float* out, int n, int batches, int stages, cudaStream_t st, int work, int cb, bool tc = false) {
+static float push_us(const float* W, float* out, int n, int batches, int stages, cudaStream_t st, int work, int cb, int tc = 0) {
   constexpr int C = F / CG, CL = AG * CG;
   const size_t smem = sizeof(float) * (3 * F * C + 2 * (size_t)(10 * ((n + AG - 1) / AG)) * (F + 4));
   if (smem > 227 * 1024) return -1;
-  const void* fn = tc ? (const void*)k_push_tc<AG, CG> : (const void*)k_push<AG, CG>;
+  const void* fn = tc == 2 ? (const void*)k_push2<AG, CG> : tc ? (const void*)k_push_tc<AG, CG> : (const void*)k_push<AG, CG>;
   CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   if (CL > 8) CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(CL * batches);
-  cfg.blockDim = dim3(256);
+  cfg.blockDim = dim3(tc == 2 ? 512 : 256);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
   cudaLaunchAttribute attr[1];
@@ -369,11 +441,14 @@ static float push_us(const float* W, float* out, int n, int batches, int stages,
     cudaGetLastError();
     return -1;
   }
+  if (tc == 2) {
+    return time_captured(st, [&] { CHECK(cudaLaunchKernelEx(&cfg, k_push2<AG, CG>, W, out, n, stages)); });
+  }
   if (tc) return time_captured(st, [&] { CHECK(cudaLaunchKernelEx(&cfg, k_push_tc<AG, CG>, W, out, n, stages)); });
   return time_captured(st, [&] { CHECK(cudaLaunchKernelEx(&cfg, k_push<AG, CG>, W, out, n, stages, work, cb)); });
 }
 template <int AG, int CG>
-static float push_stage_us(const float* W, float* out, int n, int batches, cudaStream_t st, int work = 1, int cb = 1, bool tc = false) {
+static float push_stage_us(const float* W, float* out, int n, int batches, cudaStream_t st, int work = 1, int cb = 1, int tc = 0) {
   const float a = push_us<AG, CG>(W, out, n, batches, 17, st, work, cb, tc), b = push_us<AG, CG>(W, out, n, batches, 1, st, work, cb, tc);
   return a < 0 || b < 0 ? -1 : (a - b) / 16;
 }
@@ -422,11 +497,13 @@ int main(int argc, char** argv) {
     std::vector<float> ha(cnt), hb(cnt);
     push_us<4, 4>(W, x1, 22, 1, 3, st, 1, 1, false);
     CHECK(cudaMemcpy(ha.data(), x1, cnt * sizeof(float), cudaMemcpyDeviceToHost));
-    push_us<4, 4>(W, x1, 22, 1, 3, st, 1, 1, true);
-    CHECK(cudaMemcpy(hb.data(), x1, cnt * sizeof(float), cudaMemcpyDeviceToHost));
-    double md = 0, mx = 0;
-    for (size_t i = 0; i < cnt; i++) md = fmax(md, fabs((double)ha[i] - hb[i])), mx = fmax(mx, fabs((double)ha[i]));
-    printf("push vs push_tc, 4x4, 22 atoms, 3 stages: max |difference| %.3g (max |value| %.3g)\n", md, mx);
+    for (int v = 1; v <= 2; v++) {
+      push_us<4, 4>(W, x1, 22, 1, 3, st, 1, 1, v);
+      CHECK(cudaMemcpy(hb.data(), x1, cnt * sizeof(float), cudaMemcpyDeviceToHost));
+      double md = 0, mx = 0;
+      for (size_t i = 0; i < cnt; i++) md = fmax(md, fabs((double)ha[i] - hb[i])), mx = fmax(mx, fabs((double)ha[i]));
+      printf("push vs %s, 4x4, 22 atoms, 3 stages: max |difference| %.3g (max |value| %.3g)\n", v == 1 ? "push_tc" : "push2", md, mx);
+    }
   }
   printf("push_tc (the same, the linear as three TF32 products on the tensor cores)\n");
   printf("%6s %8s | %8s %8s %8s %8s\n", "atoms", "batches", "2x8", "4x4", "8x2", "16x1");
@@ -435,6 +512,14 @@ int main(int argc, char** argv) {
     printf("%6d %8d | %8.2f %8.2f %8.2f %8.2f\n", n, bt, push_stage_us<2, 8>(W, x1, n, bt, st, 1, 1, true),
            push_stage_us<4, 4>(W, x1, n, bt, st, 1, 1, true), push_stage_us<8, 2>(W, x1, n, bt, st, 1, 1, true),
            push_stage_us<16, 1>(W, x1, n, bt, st, 1, 1, true));
+  }
+  printf("push2 (the same, a warp per 4 rows x C outputs, k split over its lanes)\n");
+  printf("%6s %8s | %8s %8s %8s %8s\n", "atoms", "batches", "2x8", "4x4", "8x2", "16x1");
+  for (auto& cs : cases) {
+    const int n = cs[0], bt = cs[1];
+    printf("%6d %8d | %8.2f %8.2f %8.2f %8.2f\n", n, bt, push_stage_us<2, 8>(W, x1, n, bt, st, 1, 1, 2),
+           push_stage_us<4, 4>(W, x1, n, bt, st, 1, 1, 2), push_stage_us<8, 2>(W, x1, n, bt, st, 1, 1, 2),
+           push_stage_us<16, 1>(W, x1, n, bt, st, 1, 1, 2));
   }
   CHECK(cudaDeviceSynchronize());
   return 0;
