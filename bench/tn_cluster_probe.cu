@@ -382,18 +382,17 @@ static float chain_us(const float* W, float* x0, float* x1, int n, int batches, 
 
 
 
-template <int AG, int CG>
-static float cluster_us(const float* W, float* out, int n, int batches, int stages, cudaStream_t st, int work = 1) {
-  constexpr int C = F / CG, CL = AG * CG;
-  const size_t smem = sizeof(float) * (3 * F * C + 2 * 10 * (size_t)((n + AG - 1) / AG) * C);
-  CHECK(cudaFuncSetAttribute(k_cluster<AG, CG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  if (CL > 8) CHECK(cudaFuncSetAttribute(k_cluster<AG, CG>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchConfig_t cfg = {};
+// A launch of CL-block clusters, one per batch, into cfg (attr holds its cluster attribute); false
+// where the GPU cannot run such a cluster of fn.
+static bool cluster_launch(cudaLaunchConfig_t& cfg, cudaLaunchAttribute (&attr)[1], const void* fn, int CL, int batches, int threads,
+                           size_t smem, cudaStream_t st) {
+  CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  if (CL > 8) CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cfg = {};
   cfg.gridDim = dim3(CL * batches);
-  cfg.blockDim = dim3(256);
+  cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
-  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = CL;
   attr[0].val.clusterDim.y = 1;
@@ -401,10 +400,20 @@ static float cluster_us(const float* W, float* out, int n, int batches, int stag
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, k_cluster<AG, CG>, &cfg) != cudaSuccess || clusters == 0) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg) != cudaSuccess || clusters == 0) {
     cudaGetLastError();
-    return -1;
+    return false;
   }
+  return true;
+}
+
+template <int AG, int CG>
+static float cluster_us(const float* W, float* out, int n, int batches, int stages, cudaStream_t st, int work = 1) {
+  constexpr int C = F / CG, CL = AG * CG;
+  const size_t smem = sizeof(float) * (3 * F * C + 2 * 10 * (size_t)((n + AG - 1) / AG) * C);
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr[1];
+  if (!cluster_launch(cfg, attr, (const void*)k_cluster<AG, CG>, CL, batches, 256, smem, st)) return -1;
   return time_captured(st, [&] { CHECK(cudaLaunchKernelEx(&cfg, k_cluster<AG, CG>, W, out, n, stages, work)); });
 }
 
@@ -422,25 +431,9 @@ static float push_us(const float* W, float* out, int n, int batches, int stages,
   const size_t smem = sizeof(float) * (3 * F * C + 2 * (size_t)(10 * ((n + AG - 1) / AG)) * (F + 4));
   if (smem > 227 * 1024) return -1;
   const void* fn = tc == 2 ? (const void*)k_push2<AG, CG> : tc ? (const void*)k_push_tc<AG, CG> : (const void*)k_push<AG, CG>;
-  CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  if (CL > 8) CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(CL * batches);
-  cfg.blockDim = dim3(tc == 2 ? 512 : 256);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
+  cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = CL;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg) != cudaSuccess || clusters == 0) {
-    cudaGetLastError();
-    return -1;
-  }
+  if (!cluster_launch(cfg, attr, fn, CL, batches, tc == 2 ? 512 : 256, smem, st)) return -1;
   if (tc == 2) {
     return time_captured(st, [&] { CHECK(cudaLaunchKernelEx(&cfg, k_push2<AG, CG>, W, out, n, stages)); });
   }
