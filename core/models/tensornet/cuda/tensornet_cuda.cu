@@ -12,18 +12,18 @@
  *               (ballot compaction), minimum image; capacity and coincident atoms flagged; in large
  *               batches through a cell grid made each evaluation (k_tn_grid, k_tn_neighbors)
  *   per member: the embedding (k_tn_embed: edge sum, parts, norm MLP; the channel linear elt;
- *               x0_step), each interaction layer (its first channel linear: Y; k_tn_layer_b:
- *               messages, the product; its second channel linear; update_step, the last layer's
- *               in k_tn_out_a), the output (k_tn_out: energy per atom, and dE/dX; k_tn_out_b also
- *               the last layer's update backward), then with forces the layers backward (per layer
- *               the second linear's backward, k_tn_b1: dE/dM, dE/dY, each edge's dE/dd; k_tn_b2:
- *               dE/dY gathered over the edges, no atomics; the first linear's backward; bx_step:
- *               dE/dX of the layer's input, and for layer 0 the embedding backward's first step,
- *               embed_back1), the embedding backward (elt's backward and the norm MLP's, beside each
- *               other: k_tn_chan_rows, or k_tn_chan_rows_split where the latter splits over k;
- *               k_tn_eb2: the LayerNorm's backward, dE/dd, dE/du of every
- *               edge) and the forces
- *               (k_tn_gather: per atom, in double, no atomics; the last member's to the caller)
+ *               x0_step), each interaction layer (its first channel linear: Y; k_tn_layer_b: messages,
+ *               the product; its second channel linear; update_step, the last layer's in k_tn_out_a;
+ *               in float32 up to TN_LAYER_FUSE_ATOMS atoms all after layer 0's Y one launch per layer,
+ *               k_tn_layer_f), the output (k_tn_out: energy per atom, and dE/dX; k_tn_out_b also the
+ *               last layer's update backward), then with forces the layers backward (per layer the
+ *               second linear's backward, k_tn_b1: dE/dM, dE/dY, each edge's dE/dd; k_tn_b2: dE/dY
+ *               gathered over the edges, no atomics; the first linear's backward; bx_step: dE/dX of
+ *               the layer's input, and for layer 0 the embedding backward's first step, embed_back1),
+ *               the embedding backward (elt's backward and the norm MLP's, beside each other:
+ *               k_tn_chan_rows, or k_tn_chan_rows_split where the latter splits over k; k_tn_eb2: the
+ *               LayerNorm's backward, dE/dd, dE/du of every edge) and the forces (k_tn_gather: per
+ *               atom, in double, no atomics; the last member's to the caller)
  *   finish      per-batch energies in a fixed order, the total, error flags to mapped host memory
  *               (tn_sums, tn_flags: block 0 of the last k_tn_gather, or k_tn_finish without forces)
  * The channel linears (W_I, W_A, W_S on the irreducible parts) are GEMMs over all atoms (k_tn_chan*);
@@ -80,6 +80,9 @@
 #define TN_ROWS_SPLIT_ATOMS 256    /* float32 with clusters: up to this many atoms the row GEMMs split over k (k_tn_rows_split) */
 #define TN_ROWS_SPLIT_MAX 8        /* ... into at most this many parts (a cluster each tile) */
 #define TN_ROWS_SPLIT_K 128        /* ... where k is longer than this */
+#define TN_LAYER_FUSE_ATOMS 64     /* float32 with clusters: up to this many atoms each layer's messages, second linear, update and the next layer's first linear are one launch (k_tn_layer_f) */
+#define TN_LF_WARPS 8              /* ... its warps per block (each over F / TN_LF_WARPS of a linear's k) */
+#define TN_LF_MAX_F 128            /* ... for F up to this (a multiple of 32): each lane's weights, 3 F / TN_LF_WARPS per linear, in registers */
 #define TN_TIMELINE 0              /* diagnostic only: 1 records each launch's start and the end of its wait (block 0, globaltimer) and prints the last 90 to stderr when a plan is freed (scripts/gpu-test.sh timeline) */
 
 static constexpr int tn_edge_unroll = TN_EDGE_UNROLL; /* as #pragma unroll takes it */
@@ -1696,6 +1699,29 @@ __device__ __forceinline__ void edge_pre(const real* __restrict__ T, const TnNet
     }
 }
 
+/* Layer l, atom channel (i, f), given its messages' parts mt: Mirr and the product B = cq (M Y + Y M)
+   (O(3)) or 2 Y M (SO(3)) stored, the parts of B / (|B|² + 1) (the second channel linear's input) into t. */
+template <typename real>
+__device__ __forceinline__ void layer_product(const TnNet<real>& N, const TnBuf<real>& b, int l, int i, int f, const real (&mt)[TN_NI],
+                                              real (&t)[TN_NI]) {
+    const int F = N.F;
+    const size_t at = (size_t)l * b.n + i, F10 = (size_t)TN_NI * F;
+    const real cq = b.cq[i];
+    real yt[TN_NI], msg[9], Y[9], B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+    st(b.Mirr + at * F10, F, f, mt);
+    ld(b.Yirr + at * F10, F, f, yt);
+    compose(mt, msg);
+    compose(yt, Y);
+    if (N.group == TN_GROUP_O3) {
+        mm_add(cq, msg, Y, B);
+        mm_add(cq, Y, msg, B);
+    } else {
+        mm_add(real(2), Y, msg, B);
+    }
+    st(b.B + at * 9 * F, F, f, B);
+    normalized_parts(B, t);
+}
+
 /* Layer l, atom i (block), after its first channel linear (Y in Yirr): messages M_i = Σ_j f(d_ij) ⊙
    Y_j, the product B = cq (M Y + Y M) (O(3)) or 2 Y M (SO(3)), and the parts of B / (|B|² + 1)
    into S1 for the second channel linear. */
@@ -1760,31 +1786,20 @@ __global__ void __launch_bounds__(TN_THREADS) k_tn_layer_b(const TnNet<real> N, 
         }
     }
     __syncthreads();
-    const real cq = b.cq[i];
     for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real mt[TN_NI], yt[TN_NI], msg[9], Y[9], B[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, t[TN_NI];
+        real mt[TN_NI], t[TN_NI];
         ld(Mi, F, f, mt);
-        st(b.Mirr + at * F10, F, f, mt);
-        ld(b.Yirr + at * F10, F, f, yt);
-        compose(mt, msg);
-        compose(yt, Y);
-        if (N.group == TN_GROUP_O3) {
-            mm_add(cq, msg, Y, B);
-            mm_add(cq, Y, msg, B);
-        } else {
-            mm_add(real(2), Y, msg, B);
-        }
-        st(b.B + at * 9 * F, F, f, B);
-        normalized_parts(B, t);
+        layer_product(N, b, l, i, f, mt, t);
         st(b.S1 + (size_t)i * F10, F, f, t);
     }
 }
 
 /* Layer l's update of atom channel (i, f), given D's parts (its second channel linear's output):
-   dX = compose(D), X^{l+1} = X^l / (|X^l|² + 1) + dX + cq dX², and the next layer's input parts
-   into S3. */
+   dX = compose(D), X^{l+1} = X^l / (|X^l|² + 1) + dX + cq dX² (both stored), and, but after the last
+   layer (false), the next layer's input parts into t. */
 template <typename real>
-__device__ __forceinline__ void update_step(const TnNet<real>& N, const TnBuf<real>& b, int l, int i, int f, const real (&Dt)[TN_NI]) {
+__device__ __forceinline__ bool update_core(const TnNet<real>& N, const TnBuf<real>& b, int l, int i, int f, const real (&Dt)[TN_NI],
+                                            real (&t)[TN_NI]) {
     const int F = N.F;
     const size_t at = (size_t)l * b.n + i;
     real dX[9], X[9], Xo[9];
@@ -1795,11 +1810,15 @@ __device__ __forceinline__ void update_step(const TnNet<real>& N, const TnBuf<re
     for (int c = 0; c < 9; c++) Xo[c] = X[c] / nx + dX[c];
     mm_add(b.cq[i], dX, dX, Xo);
     st(b.X + ((size_t)(l + 1) * b.n + i) * 9 * F, F, f, Xo);
-    if (l + 1 < N.L) {
-        real t[TN_NI];
-        normalized_parts(Xo, t);
-        st(b.S3 + (size_t)i * TN_NI * F, F, f, t);
-    }
+    if (l + 1 >= N.L) return false;
+    normalized_parts(Xo, t);
+    return true;
+}
+/* update_core with the next layer's input parts into S3. */
+template <typename real>
+__device__ __forceinline__ void update_step(const TnNet<real>& N, const TnBuf<real>& b, int l, int i, int f, const real (&Dt)[TN_NI]) {
+    real t[TN_NI];
+    if (update_core(N, b, l, i, f, Dt, t)) st(b.S3 + (size_t)i * TN_NI * N.F, N.F, f, t);
 }
 
 __host__ __device__ __forceinline__ size_t smem_round(size_t n) { return (n + 3) / 4 * 4; } /* 16-byte steps */
@@ -2409,6 +2428,140 @@ __global__ void __launch_bounds__(128) k_tn_chan_step(const ChanW<float> W, cons
     if (STEP == TN_CH_BX) bx_step(N, b, l, i, f, t);
 }
 
+/*
+ * float32 with tables and thread-block clusters, few atoms (TN_LAYER_FUSE_ATOMS): layer l's messages
+ * and product (as k_tn_layer_b), its second channel linear and, but for the last layer, update_step
+ * and the next layer's first channel linear (Y^{l+1}) as one launch: two links fewer in the chain
+ * (the last layer: one; its update runs in k_tn_out_a, which reads the linear's output from S2).
+ * Atom i's CG = F / 32 blocks (blockIdx.y) are one cluster, block c owning channels [32c, 32c + 32):
+ * lane = channel, warp w summing every TN_LF_WARPS-th edge from w, the warps' sums added in warp
+ * order; the product per channel, whose parts every block stores into each block's copy of the
+ * linear's input row (10 × F in shared memory, st.shared::cluster) before one cluster barrier; then
+ * each block's 10 × 32 outputs, warp w over its F / TN_LF_WARPS of k with those weights in registers
+ * (loaded before the wait: they are constant), the warps' sums added in warp order. Every sum in a
+ * fixed order: the same inputs give the same bits.
+ */
+#define TN_LF_KT (TN_LF_MAX_F / TN_LF_WARPS) /* k_tn_layer_f: k per warp at most */
+/* A channel linear's three weights (forward: wt, k × F) at output o for k in [kb, kb + kn), zeros past kn. */
+__device__ __forceinline__ void lf_weights(const ChanW<float>& W, int F, int kb, int kn, int o, float (&w)[3][TN_LF_KT]) {
+#pragma unroll
+    for (int p = 0; p < 3; p++)
+#pragma unroll
+        for (int k = 0; k < TN_LF_KT; k++) w[p][k] = k < kn ? W.m[p][(size_t)(kb + k) * F + o] : 0.0f;
+}
+/* The block's part of a channel linear from the input row x (10 × F, shared): each warp's partial
+   sums over its k into red (TN_LF_WARPS × 10 × 32), then out(c, o) = their sum in warp order for the
+   10 components c and 32 outputs o (q = 32 c + o over the block's threads; the caller passes out). */
+template <typename Out>
+__device__ __forceinline__ void lf_linear(const float* x, int F, int kb, int kn, const float (&w)[3][TN_LF_KT], float* red, Out out) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float acc[TN_NI];
+#pragma unroll
+    for (int c = 0; c < TN_NI; c++) acc[c] = 0;
+#pragma unroll
+    for (int k = 0; k < TN_LF_KT; k += 4) {
+        if (k >= kn) break;
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) {
+            const float4 v = *reinterpret_cast<const float4*>(x + c * F + kb + k);
+            const int p = part_of(c);
+            acc[c] += v.x * w[p][k] + v.y * w[p][k + 1] + v.z * w[p][k + 2] + v.w * w[p][k + 3];
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < TN_NI; c++) red[(warp * TN_NI + c) * 32 + lane] = acc[c];
+    __syncthreads();
+    for (int q = threadIdx.x; q < TN_NI * 32; q += blockDim.x) {
+        float s = 0;
+#pragma unroll
+        for (int v = 0; v < TN_LF_WARPS; v++) s += red[v * TN_NI * 32 + q];
+        out(q / 32, q % 32, s);
+    }
+}
+/* Stores a channel's 10 parts t into every block's copy of the input row x (channel f). */
+__device__ __forceinline__ void lf_push(float* x, int F, int f, const float (&t)[TN_NI]) {
+    const int blocks = (int)gridDim.y;
+    for (int r = 0; r < blocks; r++)
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) cluster_store(x + c * F + f, r, t[c]);
+}
+template <bool LAST>
+__global__ void __launch_bounds__(32 * TN_LF_WARPS) k_tn_layer_f(const TnNet<float> N, const TnLayer<float> Ly, const ChanW<float> Wn,
+                                                                  const TnBuf<float> b, int l) {
+    __shared__ __align__(16) float x1[TN_NI * TN_LF_MAX_F], x2[TN_NI * TN_LF_MAX_F], red[TN_LF_WARPS * TN_NI * 32];
+    __shared__ __align__(16) float edges[8 * TN_EDGE_CHUNK + 8];
+    const int i = blockIdx.x, F = N.F, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, f = (int)blockIdx.y * 32 + lane;
+    const int kn = F / TN_LF_WARPS, kb = warp * kn;
+    const size_t F10 = (size_t)TN_NI * F;
+    cluster_arrive_relaxed(); /* started: the others may store into this block's rows after their first wait */
+    Arena<float> A = {edges};
+    EdgeChunk<float> E;
+    E.take(A);
+    const int ns = 1 + b.nbr_n[i], ne0 = edge_chunk(N, b, i, 0, min(ns, TN_EDGE_CHUNK), E); /* before the wait */
+    float w2[3][TN_LF_KT], wn[3][TN_LF_KT];
+    const ChanW<float> W2 = {{Ly.llt[3].wt, Ly.llt[4].wt, Ly.llt[5].wt}};
+    lf_weights(W2, F, kb, kn, f, w2);
+    if (!LAST) lf_weights(Wn, F, kb, kn, f, wn);
+    pdl_start();
+    const float* Y = b.Yirr + (size_t)l * b.n * F10;
+    float m[TN_NI];
+#pragma unroll
+    for (int c = 0; c < TN_NI; c++) m[c] = 0;
+    for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
+        const int ne = c0 == 0 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
+#pragma unroll tn_edge_unroll
+        for (int e = warp; e < ne; e += TN_LF_WARPS) {
+            const float* Yj = Y + (size_t)E.j[e] * F10;
+            const RadialPoint rp = E.point(N, e);
+            float fq[3];
+#pragma unroll
+            for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (float*)NULL);
+#pragma unroll
+            for (int c = 0; c < TN_NI; c++) m[c] += fq[part_of(c)] * Yj[c * F + f];
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < TN_NI; c++) red[(warp * TN_NI + c) * 32 + lane] = m[c];
+    __syncthreads();
+    cluster_wait(); /* every block of the atom has started */
+    if (warp == 0) {
+        float mt[TN_NI], t[TN_NI];
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) {
+            float s = 0;
+#pragma unroll
+            for (int v = 0; v < TN_LF_WARPS; v++) s += red[(v * TN_NI + c) * 32 + lane];
+            mt[c] = s;
+        }
+        layer_product(N, b, l, i, f, mt, t);
+        lf_push(x1, F, f, t);
+    }
+    cluster_arrive_release();
+    cluster_wait(); /* x1 complete in every block (and red read) */
+    if (LAST) {
+        float* out = b.S2 + (size_t)i * F10 + (size_t)blockIdx.y * 32;
+        lf_linear(x1, F, kb, kn, w2, red, [&](int c, int o, float v) { out[(size_t)c * F + o] = v; });
+        return;
+    }
+    float* D = x2; /* the linear's outputs, 10 × 32, before x2 is written (after the next cluster wait) */
+    lf_linear(x1, F, kb, kn, w2, red, [&](int c, int o, float v) { D[c * 32 + o] = v; });
+    __syncthreads();
+    float t[TN_NI] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (warp == 0) {
+        float Dt[TN_NI];
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) Dt[c] = D[c * 32 + lane];
+        update_core(N, b, l, i, f, Dt, t);
+    }
+    cluster_arrive_release(); /* D read: every block may now store into x2 */
+    cluster_wait();
+    if (warp == 0) lf_push(x2, F, f, t);
+    cluster_arrive_release();
+    cluster_wait(); /* x2 complete in every block */
+    float* out = b.Yirr + ((size_t)(l + 1) * b.n + i) * F10 + (size_t)blockIdx.y * 32;
+    lf_linear(x2, F, kb, kn, wn, red, [&](int c, int o, float v) { out[(size_t)c * F + o] = v; });
+}
+
 /* Embedding backward part 2, atom i (block), after the channel linear elt's backward (dE/dT's parts
    in S2): dE/dXe, then dE/dd and dE/du of i's edges. */
 template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(const TnNet<real> N, const TnBuf<real> b) {
@@ -2687,6 +2840,7 @@ typedef struct tn_cuda_state {
     int clusters;    /* the GPU launches thread-block clusters (group_sum through shared memory) */
     int head;        /* the head as one launch (k_tn_head; few atoms, its weights in shared memory) */
     int linear;      /* the output linear in k_tn_out_a, k_tn_out_b (few atoms, its weights in shared memory) */
+    int layer_fuse;  /* float32, few atoms: each layer's forward after its first linear as one launch (k_tn_layer_f) */
     void* split;     /* edge_groups > 1: the groups' partial sums (TnBuf::split), and per atom a count */
     int* split_count;
     void* weights;                              /* every member's weights in the evaluation's precision */
@@ -3053,6 +3207,9 @@ template <typename real> static nnp_status tn_build(nnp_plan* plan, tn_cuda_stat
         if (head_reals(((const TnNet<real>*)s->nets)[k]) * sizeof(real) > (size_t)optin) s->head = 0;
         if (out_lin_bytes(((const TnNet<real>*)s->nets)[k]) > (size_t)optin) s->linear = 0;
     }
+    s->layer_fuse = sizeof(real) == sizeof(float) && s->clusters && s->tables != NULL && n <= TN_LAYER_FUSE_ATOMS;
+    for (int k = s->first; k < s->last; k++)
+        if (tm->members[k].F % 32 != 0 || tm->members[k].F > TN_LF_MAX_F) s->layer_fuse = 0;
     /* atoms */
     const size_t N = (size_t)n, E = N * (size_t)(s->cap + 1), Fz = (size_t)F;
     TN_ALLOC(s->z, N * sizeof(int));
@@ -3384,6 +3541,17 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             rows(N.els[1], false, TN_EPI_SILU, b.a1, b.h2, b.nrm, NULL);
             launch_k(pdl, k_tn_step<real, TN_CH_X0>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
             for (int l = 0; l < N.L; l++) {
+                if constexpr (sizeof(real) == sizeof(float)) {
+                    if (s->layer_fuse) { /* Y^l by the launch before (k_tn_chan_tc for layer 0) */
+                        if (l == 0) chan(Ly[l].llt, false, b.S3, b.Yirr);
+                        const unsigned cg = (unsigned)(N.F / 32);
+                        const bool mid = l + 1 < N.L;
+                        const ChanW<float> Wn = {{Ly[mid ? l + 1 : l].llt[0].wt, Ly[mid ? l + 1 : l].llt[1].wt, Ly[mid ? l + 1 : l].llt[2].wt}};
+                        launch_kc3(pdl, dim3(1, cg, 1), mid ? k_tn_layer_f<false> : k_tn_layer_f<true>, dim3(n, cg), dim3(32 * TN_LF_WARPS), 0,
+                                   stream, N, Ly[l], Wn, b, l);
+                        continue;
+                    }
+                }
                 chan(Ly[l].llt, false, b.S3, b.Yirr + (size_t)l * n * TN_NI * N.F);
                 launch_kc3(pdl, groups(Ly[l].table != NULL), early ? k_tn_layer_b<real, true> : k_tn_layer_b<real, false>,
                            dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, Ly[l], b, l);
