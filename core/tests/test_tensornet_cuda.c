@@ -305,6 +305,7 @@ int main(int argc, char** argv) {
             if (strcmp(quick, "small") != 0) compare(name, model, &large, -1, NNP_PRECISION_SINGLE);
             if (strcmp(quick, "small") != 0) compare(name, model, &gas, -1, NNP_PRECISION_SINGLE);
         }
+        graph_replay(name, model, &few); /* up to 64 atoms: k_tn_layer_f */
         graph_replay(name, model, many);
         if (quick == NULL) graph_replay(name, model, &cluster);
         for (int k = 0; k < N_SYSTEMS; k++) free_system(&sys[k]);
