@@ -14,13 +14,15 @@
  *   per member: the embedding (k_tn_embed: edge sum, parts, norm MLP; the channel linear elt;
  *               x0_step), each interaction layer (its first channel linear: Y; k_tn_layer_b: messages,
  *               the product; its second channel linear; update_step, the last layer's in k_tn_out_a;
- *               in float32 up to TN_LAYER_FUSE_ATOMS atoms all after layer 0's Y one launch per layer,
- *               k_tn_layer_f), the output (k_tn_out: energy per atom, and dE/dX; k_tn_out_b also the
- *               last layer's update backward), then with forces the layers backward (per layer the
+ *               in float32 up to TN_LAYER_FUSE_ATOMS atoms x0_step and layer 0's Y one launch,
+ *               k_tn_x0_f, then the rest of each layer one launch, k_tn_layer_f), the output
+ *               (k_tn_out: energy per atom, and dE/dX; k_tn_out_b also the last layer's update
+ *               backward), then with forces the layers backward (per layer the
  *               second linear's backward, k_tn_b1: dE/dM, dE/dY, each edge's dE/dd; k_tn_b2: dE/dY
  *               gathered over the edges, no atomics; the first linear's backward; bx_step: dE/dX of
- *               the layer's input, and for layer 0 the embedding backward's first step, embed_back1),
- *               the embedding backward (elt's backward and the norm MLP's, beside each other:
+ *               the layer's input, and for layer 0 the embedding backward's first step, embed_back1;
+ *               in float32 up to TN_LAYER_FUSE_ATOMS atoms two launches a layer, k_tn_back_f and
+ *               k_tn_back_g), the embedding backward (elt's backward and the norm MLP's, beside each other:
  *               k_tn_chan_rows, or k_tn_chan_rows_split where the latter splits over k; k_tn_eb2: the
  *               LayerNorm's backward, dE/dd, dE/du of every edge) and the forces (k_tn_gather: per
  *               atom, in double, no atomics; the last member's to the caller)
@@ -80,7 +82,7 @@
 #define TN_ROWS_SPLIT_ATOMS 256    /* float32 with clusters: up to this many atoms the row GEMMs split over k (k_tn_rows_split) */
 #define TN_ROWS_SPLIT_MAX 8        /* ... into at most this many parts (a cluster each tile) */
 #define TN_ROWS_SPLIT_K 128        /* ... where k is longer than this */
-#define TN_LAYER_FUSE_ATOMS 64     /* float32 with clusters: up to this many atoms each layer's messages, second linear, update and the next layer's first linear are one launch (k_tn_layer_f) */
+#define TN_LAYER_FUSE_ATOMS 64     /* float32 with clusters: up to this many atoms each layer's messages, second linear, update and the next layer's first linear are one launch (k_tn_layer_f), and so on (k_tn_x0_f, k_tn_back_f, k_tn_back_g) */
 #define TN_LF_WARPS 8              /* ... its warps per block (each over F / TN_LF_WARPS of a linear's k) */
 #define TN_LF_MAX_F 128            /* ... for F up to this (a multiple of 32): each lane's weights, 3 F / TN_LF_WARPS per linear, in registers */
 #define TN_TIMELINE 0              /* diagnostic only: 1 records each launch's start and the end of its wait (block 0, globaltimer) and prints the last 90 to stderr when a plan is freed (scripts/gpu-test.sh timeline) */
@@ -1671,10 +1673,11 @@ template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_embe
 }
 
 /* X⁰ = compose(nrm_p(c) · WT_c) (WT: the channel linear elt of the embedding's parts), and the first
-   layer's input parts into S3, for atom channel (i, f) given its WT. */
-template <typename real> __device__ __forceinline__ void x0_step(const TnNet<real>& N, const TnBuf<real>& b, int i, int f, const real (&wt)[TN_NI]) {
+   layer's input parts into S3 and t, for atom channel (i, f) given its WT. */
+template <typename real>
+__device__ __forceinline__ void x0_step(const TnNet<real>& N, const TnBuf<real>& b, int i, int f, const real (&wt)[TN_NI], real (&t)[TN_NI]) {
     const int F = N.F;
-    real t[TN_NI], m[9];
+    real m[9];
     for (int c = 0; c < TN_NI; c++) t[c] = b.nrm[(size_t)i * 3 * F + part_of(c) * F + f] * wt[c];
     compose(t, m);
     st(b.X + (size_t)i * 9 * F, F, f, m);
@@ -2156,6 +2159,42 @@ template <typename real> __device__ __forceinline__ real edge_sum(const real* re
     return x;
 }
 
+/* Layer l, atom channel (i, f), given g = dE/d(the second channel linear's input parts): back through
+   B / (|B|² + 1) and the product (cq: the atom's charge factor); dE/dM's 10 parts go to outM, then
+   the direct dE/dY's to outY. The same maths as k_tn_b1's loop over its channels, which keeps its
+   own copy: through this function its float32 instance spilled more and ran slower beyond 64 atoms. */
+template <typename real, typename OutM, typename OutY>
+__device__ __forceinline__ void product_back(const TnNet<real>& N, const TnBuf<real>& b, int l, int i, real cq, int f, const real (&g)[TN_NI],
+                                             OutM outM, OutY outY) {
+    const int F = N.F;
+    const size_t at = (size_t)l * b.n + i, F10 = (size_t)TN_NI * F;
+    real gCn[9], B[9], gB[9], mt[TN_NI], yt[TN_NI], msg[9], Y[9];
+    decompose_adj(g, gCn);
+    ld(b.B + at * 9 * F, F, f, B);
+    real nc = 1, dot = 0;
+    for (int c = 0; c < 9; c++) nc += B[c] * B[c], dot += gCn[c] * B[c];
+    for (int c = 0; c < 9; c++) gB[c] = gCn[c] / nc - real(2) * B[c] * dot / (nc * nc);
+    ld(b.Mirr + at * F10, F, f, mt);
+    ld(b.Yirr + at * F10, F, f, yt);
+    compose(mt, msg);
+    compose(yt, Y);
+    real gmsg[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, gYf[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (N.group == TN_GROUP_O3) {
+        mm_nt_add(cq, gB, Y, gmsg);
+        mm_tn_add(cq, Y, gB, gmsg);
+        mm_tn_add(cq, msg, gB, gYf);
+        mm_nt_add(cq, gB, msg, gYf);
+    } else {
+        mm_nt_add(real(2), gB, msg, gYf);
+        mm_tn_add(real(2), Y, gB, gmsg);
+    }
+    real o[TN_NI];
+    compose_adj(gmsg, o);
+    outM(o);
+    compose_adj(gYf, o);
+    outY(o);
+}
+
 /* Layer backward part 1, atom i (block), after the second channel linear's backward (dE/dC's parts
    in S2): dE/dM_i (gM), the direct dE/dY_i (gY), and dE/dd of i's edges (gd) through the radial
    filter (float32: from the table; else the filter network, whose values go to fac for k_tn_b2). */
@@ -2401,7 +2440,7 @@ template <typename real, int STEP> __global__ void k_tn_step(const TnNet<real> N
     }
     real t[TN_NI];
     ld((STEP == TN_CH_X0 ? b.WT : b.S2) + (size_t)i * TN_NI * N.F, N.F, f, t);
-    if (STEP == TN_CH_X0) x0_step(N, b, i, f, t);
+    if (STEP == TN_CH_X0) x0_step(N, b, i, f, t, t);
     if (STEP == TN_CH_UPDATE) update_step(N, b, l, i, f, t);
     if (STEP == TN_CH_BX) bx_step(N, b, l, i, f, t);
 }
@@ -2478,6 +2517,29 @@ __device__ __forceinline__ void lf_linear(const float* x, int F, int kb, int kn,
         out(q / 32, q % 32, s);
     }
 }
+/* Channel f's sums over atom i's edges (the self loop included) of each edge's table factors times
+   the neighbour's 10 parts in src (rows of 10F per atom), warp w every TN_LF_WARPS-th edge from w;
+   ne0: the first chunk's edges, compacted into E before the wait. */
+__device__ __forceinline__ void lf_messages(const TnNet<float>& N, const TnBuf<float>& b, const float* table, const float* src, int i, int ns,
+                                            int ne0, EdgeChunk<float>& E, int f, float (&m)[TN_NI]) {
+    const int F = N.F, warp = threadIdx.x >> 5;
+    const size_t F10 = (size_t)TN_NI * F;
+#pragma unroll
+    for (int c = 0; c < TN_NI; c++) m[c] = 0;
+    for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
+        const int ne = c0 == 0 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
+#pragma unroll tn_edge_unroll
+        for (int e = warp; e < ne; e += TN_LF_WARPS) {
+            const float* sj = src + (size_t)E.j[e] * F10;
+            const RadialPoint rp = E.point(N, e);
+            float fq[3];
+#pragma unroll
+            for (int q = 0; q < 3; q++) fq[q] = radial_value(table, 3 * F, rp, q * F + f, (float*)NULL);
+#pragma unroll
+            for (int c = 0; c < TN_NI; c++) m[c] += fq[part_of(c)] * sj[c * F + f];
+        }
+    }
+}
 /* Stores a channel's 10 parts t into every block's copy of the input row x (channel f). */
 __device__ __forceinline__ void lf_push(float* x, int F, int f, const float (&t)[TN_NI]) {
     const int blocks = (int)gridDim.y;
@@ -2503,23 +2565,8 @@ __global__ void __launch_bounds__(32 * TN_LF_WARPS) k_tn_layer_f(const TnNet<flo
     lf_weights(W2, F, kb, kn, f, w2);
     if (!LAST) lf_weights(Wn, F, kb, kn, f, wn);
     pdl_start();
-    const float* Y = b.Yirr + (size_t)l * b.n * F10;
     float m[TN_NI];
-#pragma unroll
-    for (int c = 0; c < TN_NI; c++) m[c] = 0;
-    for (int c0 = 0; c0 < ns; c0 += TN_EDGE_CHUNK) {
-        const int ne = c0 == 0 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E);
-#pragma unroll tn_edge_unroll
-        for (int e = warp; e < ne; e += TN_LF_WARPS) {
-            const float* Yj = Y + (size_t)E.j[e] * F10;
-            const RadialPoint rp = E.point(N, e);
-            float fq[3];
-#pragma unroll
-            for (int q = 0; q < 3; q++) fq[q] = radial_value(Ly.table, 3 * F, rp, q * F + f, (float*)NULL);
-#pragma unroll
-            for (int c = 0; c < TN_NI; c++) m[c] += fq[part_of(c)] * Yj[c * F + f];
-        }
-    }
+    lf_messages(N, b, Ly.table, b.Yirr + (size_t)l * b.n * F10, i, ns, ne0, E, f, m);
 #pragma unroll
     for (int c = 0; c < TN_NI; c++) red[(warp * TN_NI + c) * 32 + lane] = m[c];
     __syncthreads();
@@ -2560,6 +2607,158 @@ __global__ void __launch_bounds__(32 * TN_LF_WARPS) k_tn_layer_f(const TnNet<flo
     cluster_wait(); /* x2 complete in every block */
     float* out = b.Yirr + ((size_t)(l + 1) * b.n + i) * F10 + (size_t)blockIdx.y * 32;
     lf_linear(x2, F, kb, kn, wn, red, [&](int c, int o, float v) { out[(size_t)c * F + o] = v; });
+}
+
+/*
+ * float32 with clusters, up to TN_LAYER_FUSE_ATOMS atoms (k_tn_layer_f's conditions): x0_step and
+ * the first layer's first channel linear (Y⁰, weights W) as one launch, one link fewer in the chain:
+ * atom i's F / 32 blocks one cluster, warp 0 of block c running x0_step for channels [32c, 32c + 32)
+ * and pushing their parts into every block's copy of the linear's input row, then, after one cluster
+ * barrier, each block's 10 × 32 outputs (lf_linear, the same sums in the same order as
+ * k_tn_layer_f's linears).
+ */
+__global__ void __launch_bounds__(32 * TN_LF_WARPS) k_tn_x0_f(const TnNet<float> N, const ChanW<float> W, const TnBuf<float> b) {
+    __shared__ __align__(16) float x1[TN_NI * TN_LF_MAX_F], red[TN_LF_WARPS * TN_NI * 32];
+    const int i = blockIdx.x, F = N.F, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, f = (int)blockIdx.y * 32 + lane;
+    const int kn = F / TN_LF_WARPS, kb = warp * kn;
+    const size_t F10 = (size_t)TN_NI * F;
+    cluster_arrive_relaxed(); /* started: the others may store into this block's row after their wait */
+    float w[3][TN_LF_KT];
+    lf_weights(W, F, kb, kn, f, w);
+    pdl_start();
+    cluster_wait(); /* every block of the atom has started */
+    if (warp == 0) {
+        float wt[TN_NI], t[TN_NI];
+        ld(b.WT + (size_t)i * F10, F, f, wt);
+        x0_step(N, b, i, f, wt, t);
+        lf_push(x1, F, f, t);
+    }
+    cluster_arrive_release();
+    cluster_wait(); /* x1 complete in every block */
+    float* out = b.Yirr + (size_t)i * F10 + (size_t)blockIdx.y * 32;
+    lf_linear(x1, F, kb, kn, w, red, [&](int c, int o, float v) { out[(size_t)c * F + o] = v; });
+}
+
+/*
+ * float32 with tables and clusters, up to TN_LAYER_FUSE_ATOMS atoms (k_tn_layer_f's): layer l's
+ * second channel linear backward and k_tn_b1 as one launch, one link fewer in the chain. Atom i's
+ * F / 32 blocks one cluster, block c owning channels [32c, 32c + 32): each reads the atom's whole
+ * dE/dD row (S3) into shared memory and computes its 32 channels of Wᵀ g (lf_linear, the weights in
+ * registers before the wait), then per channel product_back (gM, gY stored), then per edge its
+ * channels' part of dE/dd (warp w every 8th edge, lanes = channels, a butterfly sum over the lanes),
+ * stored into block 0's slots; block 0 adds the blocks' parts in block order to gd. The atom's
+ * edges (at most TN_LAYER_FUSE_ATOMS − 1) fit one chunk.
+ */
+static_assert(TN_LAYER_FUSE_ATOMS - 1 <= TN_EDGE_CHUNK, "k_tn_back_f: one chunk of edges per atom");
+__global__ void __launch_bounds__(32 * TN_LF_WARPS) k_tn_back_f(const TnNet<float> N, const TnLayer<float> Ly, const TnBuf<float> b, int l) {
+    __shared__ __align__(16) float x1[TN_NI * TN_LF_MAX_F], red[TN_LF_WARPS * TN_NI * 32], gms[TN_NI * 32];
+    __shared__ __align__(16) float edges[8 * TN_EDGE_CHUNK + 8], slots[(TN_LF_MAX_F / 32) * TN_EDGE_CHUNK];
+    const int i = blockIdx.x, F = N.F, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, f = (int)blockIdx.y * 32 + lane;
+    const int kn = F / TN_LF_WARPS, kb = warp * kn;
+    const size_t F10 = (size_t)TN_NI * F;
+    cluster_arrive_relaxed(); /* started: the others may store into block 0's slots after their first wait */
+    Arena<float> A = {edges};
+    EdgeChunk<float> E;
+    E.take(A);
+    const int ns = 1 + b.nbr_n[i], ne = ns > 1 ? edge_chunk(N, b, i, 1, ns, E) : 0; /* before the wait; not the self loop */
+    float w2[3][TN_LF_KT];
+    const ChanW<float> W2 = {{Ly.llt[3].w, Ly.llt[4].w, Ly.llt[5].w}}; /* backward: Wᵀ g, the weights as they are (o × k) */
+    lf_weights(W2, F, kb, kn, f, w2);
+    pdl_start();
+    const float* g = b.S3 + (size_t)i * F10;
+    for (int q = threadIdx.x; q < (int)F10; q += blockDim.x) x1[q] = g[q];
+    __syncthreads();
+    lf_linear(x1, F, kb, kn, w2, red, [&](int c, int o, float v) { gms[c * 32 + o] = v; });
+    __syncthreads();
+    if (warp == 0) {
+        float gt[TN_NI];
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) gt[c] = gms[c * 32 + lane];
+        product_back(
+            N, b, l, i, b.cq[i], f, gt,
+            [&](const float(&gm)[TN_NI]) {
+                st(b.gM + (size_t)i * F10, F, f, gm);
+#pragma unroll
+                for (int c = 0; c < TN_NI; c++) gms[c * 32 + lane] = gm[c]; /* each lane rewrites only its own channel */
+            },
+            [&](const float(&gy)[TN_NI]) { st(b.gY + (size_t)i * F10, F, f, gy); });
+    }
+    __syncthreads();
+    cluster_wait(); /* every block of the atom has started */
+    const float* Y = b.Yirr + (size_t)l * b.n * F10;
+    for (int e = warp; e < ne; e += TN_LF_WARPS) {
+        const float* Yj = Y + (size_t)E.j[e] * F10;
+        const RadialPoint rp = E.point(N, e);
+        float g3[3] = {0, 0, 0};
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) g3[part_of(c)] += gms[c * 32 + lane] * Yj[c * F + f];
+        float part = 0;
+#pragma unroll
+        for (int q = 0; q < 3; q++) part += g3[q] * radial_deriv(Ly.table, 3 * F, rp, q * F + f);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+        if (lane == 0) cluster_store(slots + blockIdx.y * TN_EDGE_CHUNK + e, 0, part);
+    }
+    cluster_arrive_release(); /* the parts visible to block 0 after its wait */
+    if (blockIdx.y != 0) return;
+    cluster_wait();
+    const size_t e0 = (size_t)i * (b.cap + 1);
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
+        float v = 0;
+        for (int c = 0; c < (int)gridDim.y; c++) v += slots[c * TN_EDGE_CHUNK + e];
+        b.gd[e0 + E.slot[e]] += v;
+    }
+}
+
+/*
+ * float32 with tables and clusters, up to TN_LAYER_FUSE_ATOMS atoms: k_tn_b2 (dE/dY of atom j: its
+ * direct part and the messages' backward gathered over its edges) and the first channel linear's
+ * backward with bx_step as one launch, one link fewer in the chain: atom j's F / 32 blocks one
+ * cluster, block c's channels gathered as in k_tn_layer_f (gY first, then the warps' sums in warp
+ * order), pushed into every block's copy of the row, one cluster barrier, its 32 channels of W1ᵀ g,
+ * then bx_step per channel.
+ */
+__global__ void __launch_bounds__(32 * TN_LF_WARPS) k_tn_back_g(const TnNet<float> N, const TnLayer<float> Ly, const TnBuf<float> b, int l) {
+    __shared__ __align__(16) float x1[TN_NI * TN_LF_MAX_F], red[TN_LF_WARPS * TN_NI * 32];
+    __shared__ __align__(16) float edges[8 * TN_EDGE_CHUNK + 8];
+    const int j = blockIdx.x, F = N.F, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, f = (int)blockIdx.y * 32 + lane;
+    const int kn = F / TN_LF_WARPS, kb = warp * kn;
+    const size_t F10 = (size_t)TN_NI * F;
+    cluster_arrive_relaxed(); /* started: the others may store into this block's row after their first wait */
+    Arena<float> A = {edges};
+    EdgeChunk<float> E;
+    E.take(A);
+    const int ns = 1 + b.nbr_n[j], ne0 = edge_chunk(N, b, j, 0, min(ns, TN_EDGE_CHUNK), E); /* before the wait */
+    float w1[3][TN_LF_KT];
+    const ChanW<float> W1 = {{Ly.llt[0].w, Ly.llt[1].w, Ly.llt[2].w}}; /* backward: Wᵀ g */
+    lf_weights(W1, F, kb, kn, f, w1);
+    pdl_start();
+    float m[TN_NI];
+    lf_messages(N, b, Ly.table, b.gM, j, ns, ne0, E, f, m); /* the filter of edge (j, i) equals that of (i, j) */
+#pragma unroll
+    for (int c = 0; c < TN_NI; c++) red[(warp * TN_NI + c) * 32 + lane] = m[c];
+    __syncthreads();
+    cluster_wait(); /* every block of the atom has started */
+    if (warp == 0) {
+        float g[TN_NI];
+        ld(b.gY + (size_t)j * F10, F, f, g);
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++)
+#pragma unroll
+            for (int v = 0; v < TN_LF_WARPS; v++) g[c] += red[(v * TN_NI + c) * 32 + lane];
+        lf_push(x1, F, f, g);
+    }
+    cluster_arrive_release();
+    cluster_wait(); /* x1 complete in every block (and red read) */
+    __shared__ float gl[TN_NI * 32]; /* W1ᵀ g of the block's channels */
+    lf_linear(x1, F, kb, kn, w1, red, [&](int c, int o, float v) { gl[c * 32 + o] = v; });
+    __syncthreads();
+    if (warp == 0) {
+        float g[TN_NI];
+#pragma unroll
+        for (int c = 0; c < TN_NI; c++) g[c] = gl[c * 32 + lane];
+        bx_step(N, b, l, j, f, g);
+    }
 }
 
 /* Embedding backward part 2, atom i (block), after the channel linear elt's backward (dE/dT's parts
@@ -2840,7 +3039,7 @@ typedef struct tn_cuda_state {
     int clusters;    /* the GPU launches thread-block clusters (group_sum through shared memory) */
     int head;        /* the head as one launch (k_tn_head; few atoms, its weights in shared memory) */
     int linear;      /* the output linear in k_tn_out_a, k_tn_out_b (few atoms, its weights in shared memory) */
-    int layer_fuse;  /* float32, few atoms: each layer's forward after its first linear as one launch (k_tn_layer_f) */
+    int layer_fuse;  /* float32, few atoms: each layer's forward after its first linear as one launch (k_tn_layer_f), and k_tn_x0_f, k_tn_back_f, k_tn_back_g */
     void* split;     /* edge_groups > 1: the groups' partial sums (TnBuf::split), and per atom a count */
     int* split_count;
     void* weights;                              /* every member's weights in the evaluation's precision */
@@ -3539,11 +3738,19 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
             /* the norm MLP's first layer beside the channel linear elt, then its second, then x0_step */
             chan_rows(N.elt, false, b.S1, b.WT, N.els[0], false, TN_EPI_SILU, b.ln, b.h1, b.a1, NULL);
             rows(N.els[1], false, TN_EPI_SILU, b.a1, b.h2, b.nrm, NULL);
-            launch_k(pdl, k_tn_step<real, TN_CH_X0>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
+            bool x0_fused = false;
+            if constexpr (sizeof(real) == sizeof(float)) {
+                if (s->layer_fuse && N.L > 0) { /* x0_step and layer 0's Y in one launch */
+                    const unsigned cg = (unsigned)(N.F / 32);
+                    const ChanW<float> W0 = {{Ly[0].llt[0].wt, Ly[0].llt[1].wt, Ly[0].llt[2].wt}};
+                    launch_kc3(pdl, dim3(1, cg, 1), k_tn_x0_f, dim3(n, cg), dim3(32 * TN_LF_WARPS), 0, stream, N, W0, b);
+                    x0_fused = true;
+                }
+            }
+            if (!x0_fused) launch_k(pdl, k_tn_step<real, TN_CH_X0>, dim3(ew), dim3(TN_EW_THREADS), 0, stream, N, b, 0);
             for (int l = 0; l < N.L; l++) {
                 if constexpr (sizeof(real) == sizeof(float)) {
-                    if (s->layer_fuse) { /* Y^l by the launch before (k_tn_chan_tc for layer 0) */
-                        if (l == 0) chan(Ly[l].llt, false, b.S3, b.Yirr);
+                    if (s->layer_fuse) { /* Y^l by the launch before (k_tn_x0_f for layer 0) */
                         const unsigned cg = (unsigned)(N.F / 32);
                         const bool mid = l + 1 < N.L;
                         const ChanW<float> Wn = {{Ly[mid ? l + 1 : l].llt[0].wt, Ly[mid ? l + 1 : l].llt[1].wt, Ly[mid ? l + 1 : l].llt[2].wt}};
@@ -3600,6 +3807,14 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                 launch_k(pdl, k_tn_out_b<real, false>, dim3(n), dim3(TN_THREADS), s->smem, stream, N, b, (const real*)gfree);
             }
             for (int l = N.L - 1; l >= 0; l--) {
+                if constexpr (sizeof(real) == sizeof(float)) {
+                    if (s->layer_fuse) { /* the second linear's backward with k_tn_b1, then k_tn_b2 with the first linear's and bx_step */
+                        const unsigned cg = (unsigned)(N.F / 32);
+                        launch_kc3(pdl, dim3(1, cg, 1), k_tn_back_f, dim3(n, cg), dim3(32 * TN_LF_WARPS), 0, stream, N, Ly[l], b, l);
+                        launch_kc3(pdl, dim3(1, cg, 1), k_tn_back_g, dim3(n, cg), dim3(32 * TN_LF_WARPS), 0, stream, N, Ly[l], b, l);
+                        continue;
+                    }
+                }
                 chan(Ly[l].llt + 3, true, b.S3, b.S2);
                 launch_k(pdl, early ? k_tn_b1<real, true> : k_tn_b1<real, false>, dim3(n, Ly[l].table ? eg : 1), dim3(TN_THREADS), s->smem,
                          stream, N, Ly[l], b, l);
