@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|sanitize-tensornet-small|sanitize-grid|multidevice|tensornet|cluster-probe|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|timeline|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab]...
+#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|sanitize-tensornet-small|sanitize-grid|multidevice|tensornet|cluster-probe|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|timeline|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab|ab-check]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -211,6 +211,26 @@ for step in "${steps[@]}"; do
           > "/tmp/ab-bench-$i.log" 2>&1 || { echo "ab ${names[$i]}: bench_nnp exit $?:"; tail -n 5 "/tmp/ab-bench-$i.log"; }
         grep -E "^ +[0-9]+ +[0-9]+ \|" "/tmp/ab-bench-$i.log"
       done
+    done ;;
+  ab-check)
+    # After "ab", what landing a TensorNet variant needs, for each of AB_CHECK's names (default: every
+    # variant but "current"): test_tensornet_cuda in full on every test model (its graph replays
+    # included), memcheck (NNP_TEST_QUICK=small, random-f128 and o3-atomref) and racecheck (small,
+    # o3-atomref, the k_tn_ kernels). Logs: .device/out/ab-check-<name>-*.log.
+    for i in "${!dirs[@]}"; do
+      name="${names[$i]}"
+      if [ -n "${AB_CHECK:-}" ]; then [[ " $AB_CHECK " == *" $name "* ]] || continue; else [ "$i" = 0 ] && continue; fi
+      t="${dirs[$i]}/build-gpu/core/tests/test_tensornet_cuda"
+      [ -x "$t" ] || { echo "ab-check $name: no build"; continue; }
+      tn_args "${dirs[$i]}"
+      timeout "${TEST_TIMEOUT:-300}" "$t" "${tn[@]}" > "$out/ab-check-$name-test.log" 2>&1; rc=$?
+      echo "ab-check $name: test exit $rc ($(grep -cE 'graph replays.*bit-identical' "$out/ab-check-$name-test.log") graph replays bit-identical; $(grep -E 'all checks|FAIL' "$out/ab-check-$name-test.log" | head -n 3 | tr '\n' ' '))"
+      NNP_TEST_QUICK=small timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 "$t" "$d/tensornet/random-f128.nnpm" \
+        "$d/tensornet/o3-atomref.nnpm" > "$out/ab-check-$name-memcheck.log" 2>&1; rc=$?
+      echo "ab-check $name: memcheck exit $rc ($(grep -E 'ERROR SUMMARY' "$out/ab-check-$name-memcheck.log" | tail -n 1))"
+      NNP_TEST_QUICK=small timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --kernel-name kns=k_tn_ --error-exitcode 9 "$t" \
+        "$d/tensornet/o3-atomref.nnpm" > "$out/ab-check-$name-racecheck.log" 2>&1; rc=$?
+      echo "ab-check $name: racecheck exit $rc ($(grep -E 'RACECHECK SUMMARY' "$out/ab-check-$name-racecheck.log" | tail -n 1))"
     done ;;
   source)
     # Nsight Compute with source counters, per CUDA source line (build with CUDAFLAGS=-lineinfo:
