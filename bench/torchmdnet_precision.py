@@ -7,8 +7,11 @@ twice, precision=32 and precision=64, evaluated on the system of TestCudaTensorN
 -0030 and -0147, one batch each with charges +1, 0, -1, 30 Å apart. Prints float32 against float64:
 the worst batch's energy difference over the mean |batch energy| and the forces' relative RMS
 difference, the measures TestCudaTensorNet prints for the plugin (mixed against Reference). On the
-GPU where torch has one, else on the CPU.
-    python bench/torchmdnet_precision.py SHARED_DIR   (torchmd-net on PYTHONPATH)"""
+GPU where torch has one, else on the CPU. With FIRST COUNT: instead COUNT drug-like molecules from
+number FIRST on, charges cycling -1, 0, +1, 30 Å apart: the systems of core/tests/tensornet_systems.h
+(make_system), whose float32 batch errors test_tensornet_cuda prints for the plugin (against its CPU
+evaluation in float64).
+    python bench/torchmdnet_precision.py SHARED_DIR [FIRST COUNT]   (torchmd-net on PYTHONPATH)"""
 import os
 import sys
 
@@ -22,9 +25,26 @@ MOLECULES = ["drugbank-0001", "drugbank-0030", "drugbank-0147"]
 CHARGES = [1.0, 0.0, -1.0]
 
 
+def systems(shared):
+    """The molecules' file names and charges: the default system, or make_system's (FIRST COUNT)."""
+    if len(sys.argv) == 2:
+        return MOLECULES, CHARGES
+    first, count = int(sys.argv[2]), int(sys.argv[3])
+    names = []
+    for k in range(first, first + 4000):
+        if len(names) == count:
+            break
+        if os.path.exists(os.path.join(shared, "molecules", "druglike", f"drugbank-{k:04d}.xyz")):
+            names.append(f"drugbank-{k:04d}")
+    if len(names) < count:
+        sys.exit(f"found {len(names)} of {count} drug-like molecules from number {first} on")
+    return names, [float(b % 3 - 1) for b in range(count)]
+
+
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 4):
         sys.exit(__doc__)
+    molecules, charges = systems(sys.argv[1])
     try:
         import torch
         import torchmdnet  # noqa: F401  (only whether it is there)
@@ -33,7 +53,7 @@ def main():
         return
     device = "cuda" if torch.cuda.is_available() else "cpu"
     z, pos, batch = [], [], []
-    for k, name in enumerate(MOLECULES):
+    for k, name in enumerate(molecules):
         zk, pk = read_xyz(os.path.join(sys.argv[1], "molecules", "druglike", name + ".xyz"))
         z += zk
         pos.append(pk + np.array([30.0 * k, 0.0, 0.0]))
@@ -46,12 +66,13 @@ def main():
         energy, forces = model(torch.tensor(z, dtype=torch.long, device=device),
                                torch.tensor(pos, dtype=dtype, device=device),
                                torch.tensor(batch, dtype=torch.long, device=device),
-                               q=torch.tensor(CHARGES, dtype=dtype, device=device))
+                               q=torch.tensor(charges, dtype=dtype, device=device))
         results[precision] = (energy.detach().double().reshape(-1).cpu().numpy(), forces.detach().double().cpu().numpy())
     (e32, f32), (e64, f64) = results[32], results[64]
     worst = np.max(np.abs(e32 - e64)) / np.mean(np.abs(e64))
     frms = np.sqrt(np.sum((f32 - f64) ** 2) / np.sum(f64 ** 2))
-    print(f"torchmd-net float32 against float64 ({len(z)} atoms, charges +1/0/-1, {device}): batch energies {e64.tolist()} eV, "
+    print(f"torchmd-net float32 against float64 ({len(z)} atoms in {len(molecules)} batches, charges {charges}, {device}): "
+          f"batch energies {e64.tolist()} eV, "
           f"worst batch {worst:.3g} of the mean |batch energy|, forces rel RMS {frms:.3g}")
 
 
