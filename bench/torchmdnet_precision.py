@@ -29,7 +29,12 @@ def systems(shared):
     """The molecules' file names and charges: the default system, or make_system's (FIRST COUNT)."""
     if len(sys.argv) == 2:
         return MOLECULES, CHARGES
-    first, count = int(sys.argv[2]), int(sys.argv[3])
+    try:
+        first, count = int(sys.argv[2]), int(sys.argv[3])
+    except ValueError:
+        sys.exit(f"FIRST and COUNT must be whole numbers, not {sys.argv[2]!r} {sys.argv[3]!r}\n{__doc__}")
+    if first < 0 or count < 1:
+        sys.exit(f"FIRST must be at least 0 and COUNT at least 1, not {first} {count}")
     names = []
     for k in range(first, first + 4000):
         if len(names) == count:
