@@ -85,7 +85,7 @@
 #define TN_LAYER_FUSE_ATOMS 64     /* float32 with clusters: up to this many atoms each layer's messages, second linear, update and the next layer's first linear are one launch (k_tn_layer_f), and so on (k_tn_x0_f, k_tn_back_f, k_tn_back_g) */
 #define TN_LF_WARPS 8              /* ... its warps per block (each over F / TN_LF_WARPS of a linear's k) */
 #define TN_LF_MAX_F 128            /* ... for F up to this (a multiple of 32): each lane's weights, 3 F / TN_LF_WARPS per linear, in registers */
-#define TN_TIMELINE 0              /* diagnostic only: 1 records each launch's start and the end of its wait (block 0, globaltimer) and prints the last 90 to stderr when a plan is freed (scripts/gpu-test.sh timeline) */
+#define TN_TIMELINE 0              /* diagnostic only: 1 records each launch's start and the end of its wait (block 0, globaltimer) and prints the last 200 to stderr when a plan is freed (scripts/gpu-test.sh timeline) */
 
 static constexpr int tn_edge_unroll = TN_EDGE_UNROLL; /* as #pragma unroll takes it */
 
@@ -122,7 +122,7 @@ static void tn_timeline_print(int n) {
         return;
     }
     fprintf(stderr, "TL atoms %d launches %u\n", n, c);
-    for (unsigned q = c >= 90 ? c - 90 : 1; q + 1 < c; q++) {
+    for (unsigned q = c >= 200 ? c - 200 : 1; q + 1 < c; q++) {
         const unsigned k = q % 256, kp = (q - 1) % 256, kn = (q + 1) % 256;
         fprintf(stderr, "TL %u start-after-prev-wait %.2f waited %.2f this-wait-to-next-wait %.2f\n", q, (double)(t[0][k] - t[1][kp]) / 1e3,
                 (double)(t[1][k] - t[0][k]) / 1e3, (double)(t[1][kn] - t[1][k]) / 1e3);
