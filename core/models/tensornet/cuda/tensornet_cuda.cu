@@ -25,9 +25,12 @@
  *               k_tn_back_g), the embedding backward (elt's backward and the norm MLP's, beside each other:
  *               k_tn_chan_rows, or k_tn_chan_rows_split where the latter splits over k; k_tn_eb2: the
  *               LayerNorm's backward, dE/dd, dE/du of every edge) and the forces (k_tn_gather: per
- *               atom, in double, no atomics; the last member's to the caller)
+ *               atom, in double, no atomics; the last member's to the caller; in float32 with the
+ *               tables and OpenMM's fixed-point forces, k_tn_eb2 instead adds each edge's force to
+ *               its two atoms' fixed-point sums: integer additions, the same bits in any order)
  *   finish      per-batch energies in a fixed order, the total, error flags to mapped host memory
- *               (tn_sums, tn_flags: block 0 of the last k_tn_gather, or k_tn_finish without forces)
+ *               (tn_sums, tn_flags: block 0 of the last k_tn_gather, or of the last k_tn_eb2 that
+ *               adds the forces, or k_tn_finish without forces)
  * The channel linears (W_I, W_A, W_S on the irreducible parts) are GEMMs over all atoms (k_tn_chan*);
  * the per-atom kernels run one block of TN_THREADS threads per atom, threads over the F channels,
  * each thread summing its channels over the edges in registers; with the tables and few atoms (fewer
@@ -2761,134 +2764,6 @@ __global__ void __launch_bounds__(32 * TN_LF_WARPS) k_tn_back_g(const TnNet<floa
     }
 }
 
-/* Embedding backward part 2, atom i (block), after the channel linear elt's backward (dE/dT's parts
-   in S2): dE/dXe, then dE/dd and dE/du of i's edges. */
-template <typename real> __global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(const TnNet<real> N, const TnBuf<real> b) {
-    extern __shared__ __align__(16) unsigned char tn_smem[];
-    Arena<real> A = {(real*)tn_smem};
-    const int i = blockIdx.x, F = N.F, R = N.R, grp = blockIdx.y, groups = gridDim.y;
-    real* red = A.take(2 * TN_THREADS / 32);
-    real *gXe = A.take(9 * F), *rb = A.take(R), *drb = A.take(R), *grb = A.take(R), *pk = A.take(3 * F), *gp = A.take(3 * F),
-         *ered = A.take(4 * TN_EDGE_CHUNK * (TN_THREADS / 32));
-    EdgeChunk<real> E;
-    E.take(A);
-    const int ns = 1 + b.nbr_n[i], ne0 = N.emb_table && ns > 1 ? edge_chunk(N, b, i, 1, min(ns, 1 + TN_EDGE_CHUNK), E) : 0; /* before the wait */
-    pdl_start();
-    const real* zpi = N.zp + (size_t)b.z[i] * F;
-    /* the LayerNorm of |Xe|² backward: from dE/dln (in ln) to dE/d|Xe|² (gtn) */
-    const real *gln = b.ln + (size_t)i * F, *xhat = b.xhat + (size_t)i * F;
-    real p[2] = {0, 0};
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        const real g = gln[f] * N.init_w[f];
-        p[0] += g, p[1] += g * xhat[f];
-    }
-    block_sums(p, red);
-    const real m1 = p[0] / real(F), m2 = p[1] / real(F), rstd = b.rstd[i];
-    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-        real g[TN_NI], gm[9], Xe[9];
-        ld(b.S2 + (size_t)i * TN_NI * F, F, f, g);
-        decompose_adj(g, gm);
-        ld(b.Xe + (size_t)i * 9 * F, F, f, Xe);
-        const real gtn = rstd * (gln[f] * N.init_w[f] - m1 - xhat[f] * m2);
-        for (int c = 0; c < 9; c++) gXe[c * F + f] = gm[c] + real(2) * Xe[c] * gtn;
-    }
-    const size_t e0 = (size_t)i * (b.cap + 1);
-    if (N.emb_table) { /* the factors dp_q(rbf) · C and their derivatives from the table */
-        for (int c0 = 1; c0 < ns; c0 += TN_EDGE_CHUNK) {
-            const int ne = c0 == 1 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
-#pragma unroll tn_edge_unroll
-            for (int e = grp; e < ne; e += groups) { /* as k_tn_b1: every gridDim.y-th edge */
-                const real u[3] = {E.u[3 * e], E.u[3 * e + 1], E.u[3 * e + 2]};
-                real sums[4] = {0, 0, 0, 0}; /* dE/dd, dE/du */
-                {
-                    const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
-                    const RadialPoint rp = E.point(N, e);
-                    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-                        real G[9], ev[3], de[3];
-                        ld(gXe, F, f, G); /* written by this thread above */
-                        for (int q = 0; q < 3; q++) ev[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, &de[q]);
-                        const real zij = zpi[f] + N.zq[(size_t)E.zj[e] * F + f];
-                        const real w2 = ev[1] * zij, w3 = ev[2] * zij;
-                        const real tr = G[0] + G[4] + G[8];
-                        const real gv[3] = {G[7] - G[5], G[2] - G[6], G[3] - G[1]};
-                        real Gu[3];
-                        for (int r = 0; r < 3; r++)
-                            Gu[r] = (G[r * 3 + 0] + G[0 * 3 + r]) * u[0] + (G[r * 3 + 1] + G[1 * 3 + r]) * u[1] +
-                                    (G[r * 3 + 2] + G[2 * 3 + r]) * u[2];
-                        const real uGu = real(0.5) * (Gu[0] * u[0] + Gu[1] * u[1] + Gu[2] * u[2]);
-                        const real gw1 = tr, gw2 = gv[0] * u[0] + gv[1] * u[1] + gv[2] * u[2], gw3 = uGu - uu * tr / real(3);
-                        for (int r = 0; r < 3; r++) sums[1 + r] += w2 * gv[r] + w3 * (Gu[r] - real(2) / real(3) * u[r] * tr);
-                        sums[0] += zij * (gw1 * de[0] + gw2 * de[1] + gw3 * de[2]);
-                    }
-                }
-                edge_part(ered, e, sums);
-            }
-            __syncthreads();
-            for (int e = threadIdx.x; e < ne; e += TN_THREADS) {
-                if (e % groups != grp) continue;
-                const size_t s = e0 + E.slot[e];
-                b.gd[s] += edge_sum(ered, e, 4, 0);
-                for (int r = 0; r < 3; r++) b.gu[s * 3 + r] += edge_sum(ered, e, 4, 1 + r);
-            }
-        }
-        return;
-    }
-    for (int s = 1; s < ns; s++) {
-        double d;
-        real u[3];
-        const int j = edge_geometry(b, i, s, &d, u);
-        if (!edge_on(N, d)) continue;
-        const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
-        real c, dc;
-        cutoff_fn(N, d, &c, &dc);
-        __syncthreads(); /* gXe written, the previous edge's rb, pk, gp read */
-        rbf_sh(N, d, rb, drb);
-        __syncthreads();
-        for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
-            const int p = q / F, f = q - p * F;
-            const Lin<real>& L = N.dp[p];
-            real s2 = L.b[f];
-            for (int r = 0; r < R; r++) s2 += L.wt[(size_t)r * F + f] * rb[r];
-            pk[q] = s2;
-        }
-        __syncthreads();
-        real gu[3] = {0, 0, 0}, gcut = 0;
-        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
-            real G[9];
-            ld(gXe, F, f, G);
-            const real zij = zpi[f] + N.zq[(size_t)b.z[j] * F + f], Cf = c * zij;
-            const real w2 = pk[F + f] * Cf, w3 = pk[2 * F + f] * Cf;
-            const real tr = G[0] + G[4] + G[8];
-            const real gv[3] = {G[7] - G[5], G[2] - G[6], G[3] - G[1]};
-            real Gu[3];
-            for (int r = 0; r < 3; r++)
-                Gu[r] = (G[r * 3 + 0] + G[0 * 3 + r]) * u[0] + (G[r * 3 + 1] + G[1 * 3 + r]) * u[1] + (G[r * 3 + 2] + G[2 * 3 + r]) * u[2];
-            const real uGu = real(0.5) * (Gu[0] * u[0] + Gu[1] * u[1] + Gu[2] * u[2]);
-            const real gw1 = tr, gw2 = gv[0] * u[0] + gv[1] * u[1] + gv[2] * u[2], gw3 = uGu - uu * tr / real(3);
-            for (int r = 0; r < 3; r++) gu[r] += w2 * gv[r] + w3 * (Gu[r] - real(2) / real(3) * u[r] * tr);
-            gp[f] = gw1 * Cf, gp[F + f] = gw2 * Cf, gp[2 * F + f] = gw3 * Cf;
-            gcut += (gw1 * pk[f] + gw2 * pk[F + f] + gw3 * pk[2 * F + f]) * zij;
-        }
-        const real gcs = block_sum(gcut, red); /* also the barrier after gp */
-        const real gu0 = block_sum(gu[0], red), gu1 = block_sum(gu[1], red), gu2 = block_sum(gu[2], red);
-        for (int r = threadIdx.x; r < R; r += TN_THREADS) {
-            real s2 = 0;
-            for (int p = 0; p < 3; p++) {
-                const Lin<real>& L = N.dp[p];
-                for (int o = 0; o < F; o++) s2 += L.w[(size_t)o * R + r] * gp[p * F + o];
-            }
-            grb[r] = s2 * drb[r];
-        }
-        real part3 = 0;
-        for (int r = threadIdx.x; r < R; r += TN_THREADS) part3 += grb[r];
-        const real gd = gcs * dc + block_sum(part3, red);
-        if (threadIdx.x == 0) {
-            b.gd[e0 + s] += gd;
-            b.gu[(e0 + s) * 3 + 0] += gu0, b.gu[(e0 + s) * 3 + 1] += gu1, b.gu[(e0 + s) * 3 + 2] += gu2;
-        }
-    }
-}
-
 /* Forces, without atomics: per atom (one warp), the force of each of its edges (i, j) on i, −dE/dr_i
    from the edge's dE/dd and dE/du, in the plan's units and × the member's weight (edge_force), and,
    with the sign turned, that of each partner edge (j, i) (the lists are symmetric and in index
@@ -2907,11 +2782,14 @@ template <typename real> __device__ __forceinline__ EdgeAt<real> edge_at(const T
     edge_geometry(b, i, s, &g.d, g.u);
     return g;
 }
-template <typename real> __device__ __forceinline__ void edge_force(const TnBuf<real>& b, const EdgeAt<real>& g, double factor, double (&f)[3]) {
-    const double gd = b.gd[g.e];
-    const double gu[3] = {b.gu[g.e * 3], b.gu[g.e * 3 + 1], b.gu[g.e * 3 + 2]};
+template <typename real>
+__device__ __forceinline__ void edge_force_of(const EdgeAt<real>& g, double gd, const double (&gu)[3], double factor, double (&f)[3]) {
     const double gu_u = gu[0] * g.u[0] + gu[1] * g.u[1] + gu[2] * g.u[2];
     for (int c = 0; c < 3; c++) f[c] = factor * (gd * g.u[c] + (gu[c] - gu_u * g.u[c]) / g.d);
+}
+template <typename real> __device__ __forceinline__ void edge_force(const TnBuf<real>& b, const EdgeAt<real>& g, double factor, double (&f)[3]) {
+    const double gu[3] = {b.gu[g.e * 3], b.gu[g.e * 3 + 1], b.gu[g.e * 3 + 2]};
+    edge_force_of(g, (double)b.gd[g.e], gu, factor, f);
 }
 /* The slot (1 + its index) of i in j's neighbour list (symmetric, in index order: bisection), or 0. */
 template <typename real> __device__ __forceinline__ int partner_slot(const TnBuf<real>& b, int i, int j) {
@@ -3027,6 +2905,158 @@ __global__ void k_tn_gather(const TnBuf<real> b, double factor, double* __restri
 __global__ void __launch_bounds__(256) k_tn_finish(const TnFinish fin) {
     pdl_start();
     tn_flags(fin, tn_sums(fin));
+}
+
+/* Embedding backward part 2, atom i (block), after the channel linear elt's backward (dE/dT's parts
+   in S2): dE/dXe, then dE/dd and dE/du of i's edges. SCATTER (float32 with the tables, forces to
+   OpenMM's fixed-point buffer: fo.out): instead of storing them for k_tn_gather, each edge (i, j)'s
+   force (edge_force, × factor) is added to i's and, with the sign turned, to j's fixed-point sums,
+   whose integer additions give the same bits in any order; with_finish (the last member) block 0
+   ends the evaluation (tn_sums before its wait, tn_flags after it: the kernels that raise flags have
+   ended), a launch fewer than with k_tn_gather. */
+template <typename real, bool SCATTER>
+__global__ void __launch_bounds__(TN_THREADS) k_tn_eb2(const TnNet<real> N, const TnBuf<real> b, const TnForcesOut fo, double factor,
+                                                       const TnFinish fin, int with_finish) {
+    extern __shared__ __align__(16) unsigned char tn_smem[];
+    Arena<real> A = {(real*)tn_smem};
+    const int i = blockIdx.x, F = N.F, R = N.R, grp = blockIdx.y, groups = gridDim.y;
+    real* red = A.take(2 * TN_THREADS / 32);
+    real *gXe = A.take(9 * F), *rb = A.take(R), *drb = A.take(R), *grb = A.take(R), *pk = A.take(3 * F), *gp = A.take(3 * F),
+         *ered = A.take(4 * TN_EDGE_CHUNK * (TN_THREADS / 32));
+    EdgeChunk<real> E;
+    E.take(A);
+    const int ns = 1 + b.nbr_n[i], ne0 = N.emb_table && ns > 1 ? edge_chunk(N, b, i, 1, min(ns, 1 + TN_EDGE_CHUNK), E) : 0; /* before the wait */
+    const bool finish = SCATTER && with_finish && blockIdx.x == 0 && blockIdx.y == 0;
+    const double total = finish ? tn_sums(fin) : 0.0; /* the atom energies are complete since the head */
+    pdl_start();
+    if (finish) tn_flags(fin, total); /* every kernel that raises a flag has ended */
+    const real* zpi = N.zp + (size_t)b.z[i] * F;
+    /* the LayerNorm of |Xe|² backward: from dE/dln (in ln) to dE/d|Xe|² (gtn) */
+    const real *gln = b.ln + (size_t)i * F, *xhat = b.xhat + (size_t)i * F;
+    real p[2] = {0, 0};
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        const real g = gln[f] * N.init_w[f];
+        p[0] += g, p[1] += g * xhat[f];
+    }
+    block_sums(p, red);
+    const real m1 = p[0] / real(F), m2 = p[1] / real(F), rstd = b.rstd[i];
+    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+        real g[TN_NI], gm[9], Xe[9];
+        ld(b.S2 + (size_t)i * TN_NI * F, F, f, g);
+        decompose_adj(g, gm);
+        ld(b.Xe + (size_t)i * 9 * F, F, f, Xe);
+        const real gtn = rstd * (gln[f] * N.init_w[f] - m1 - xhat[f] * m2);
+        for (int c = 0; c < 9; c++) gXe[c * F + f] = gm[c] + real(2) * Xe[c] * gtn;
+    }
+    const size_t e0 = (size_t)i * (b.cap + 1);
+    if (N.emb_table) { /* the factors dp_q(rbf) · C and their derivatives from the table */
+        for (int c0 = 1; c0 < ns; c0 += TN_EDGE_CHUNK) {
+            const int ne = c0 == 1 ? ne0 : edge_chunk(N, b, i, c0, min(ns, c0 + TN_EDGE_CHUNK), E); /* also: ered has been read */
+#pragma unroll tn_edge_unroll
+            for (int e = grp; e < ne; e += groups) { /* as k_tn_b1: every gridDim.y-th edge */
+                const real u[3] = {E.u[3 * e], E.u[3 * e + 1], E.u[3 * e + 2]};
+                real sums[4] = {0, 0, 0, 0}; /* dE/dd, dE/du */
+                {
+                    const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
+                    const RadialPoint rp = E.point(N, e);
+                    for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+                        real G[9], ev[3], de[3];
+                        ld(gXe, F, f, G); /* written by this thread above */
+                        for (int q = 0; q < 3; q++) ev[q] = radial_value(N.emb_table, 3 * F, rp, q * F + f, &de[q]);
+                        const real zij = zpi[f] + N.zq[(size_t)E.zj[e] * F + f];
+                        const real w2 = ev[1] * zij, w3 = ev[2] * zij;
+                        const real tr = G[0] + G[4] + G[8];
+                        const real gv[3] = {G[7] - G[5], G[2] - G[6], G[3] - G[1]};
+                        real Gu[3];
+                        for (int r = 0; r < 3; r++)
+                            Gu[r] = (G[r * 3 + 0] + G[0 * 3 + r]) * u[0] + (G[r * 3 + 1] + G[1 * 3 + r]) * u[1] +
+                                    (G[r * 3 + 2] + G[2 * 3 + r]) * u[2];
+                        const real uGu = real(0.5) * (Gu[0] * u[0] + Gu[1] * u[1] + Gu[2] * u[2]);
+                        const real gw1 = tr, gw2 = gv[0] * u[0] + gv[1] * u[1] + gv[2] * u[2], gw3 = uGu - uu * tr / real(3);
+                        for (int r = 0; r < 3; r++) sums[1 + r] += w2 * gv[r] + w3 * (Gu[r] - real(2) / real(3) * u[r] * tr);
+                        sums[0] += zij * (gw1 * de[0] + gw2 * de[1] + gw3 * de[2]);
+                    }
+                }
+                edge_part(ered, e, sums);
+            }
+            __syncthreads();
+            for (int e = threadIdx.x; e < ne; e += TN_THREADS) {
+                if (e % groups != grp) continue;
+                const size_t s = e0 + E.slot[e];
+                if (!SCATTER) {
+                    b.gd[s] += edge_sum(ered, e, 4, 0);
+                    for (int r = 0; r < 3; r++) b.gu[s * 3 + r] += edge_sum(ered, e, 4, 1 + r);
+                    continue;
+                }
+                /* the same float sums as stored above, then k_tn_gather's edge_force */
+                const real gd = b.gd[s] + edge_sum(ered, e, 4, 0);
+                double gu[3], f[3];
+                for (int r = 0; r < 3; r++) gu[r] = (double)(b.gu[s * 3 + r] + edge_sum(ered, e, 4, 1 + r));
+                edge_force_of(edge_at(b, i, E.slot[e]), (double)gd, gu, factor, f);
+                unsigned long long *fi = (unsigned long long*)fo.out + (size_t)fo.force_index[i],
+                                   *fj = (unsigned long long*)fo.out + (size_t)fo.force_index[E.j[e]];
+                for (int c = 0; c < 3; c++) {
+                    add_fixed(fi + c * fo.stride, f[c]);
+                    add_fixed(fj + c * fo.stride, -f[c]);
+                }
+            }
+        }
+        return;
+    }
+    for (int s = 1; s < ns; s++) {
+        double d;
+        real u[3];
+        const int j = edge_geometry(b, i, s, &d, u);
+        if (!edge_on(N, d)) continue;
+        const real uu = u[0] * u[0] + u[1] * u[1] + u[2] * u[2];
+        real c, dc;
+        cutoff_fn(N, d, &c, &dc);
+        __syncthreads(); /* gXe written, the previous edge's rb, pk, gp read */
+        rbf_sh(N, d, rb, drb);
+        __syncthreads();
+        for (int q = threadIdx.x; q < 3 * F; q += TN_THREADS) {
+            const int p = q / F, f = q - p * F;
+            const Lin<real>& L = N.dp[p];
+            real s2 = L.b[f];
+            for (int r = 0; r < R; r++) s2 += L.wt[(size_t)r * F + f] * rb[r];
+            pk[q] = s2;
+        }
+        __syncthreads();
+        real gu[3] = {0, 0, 0}, gcut = 0;
+        for (int f = threadIdx.x; f < F; f += TN_THREADS) {
+            real G[9];
+            ld(gXe, F, f, G);
+            const real zij = zpi[f] + N.zq[(size_t)b.z[j] * F + f], Cf = c * zij;
+            const real w2 = pk[F + f] * Cf, w3 = pk[2 * F + f] * Cf;
+            const real tr = G[0] + G[4] + G[8];
+            const real gv[3] = {G[7] - G[5], G[2] - G[6], G[3] - G[1]};
+            real Gu[3];
+            for (int r = 0; r < 3; r++)
+                Gu[r] = (G[r * 3 + 0] + G[0 * 3 + r]) * u[0] + (G[r * 3 + 1] + G[1 * 3 + r]) * u[1] + (G[r * 3 + 2] + G[2 * 3 + r]) * u[2];
+            const real uGu = real(0.5) * (Gu[0] * u[0] + Gu[1] * u[1] + Gu[2] * u[2]);
+            const real gw1 = tr, gw2 = gv[0] * u[0] + gv[1] * u[1] + gv[2] * u[2], gw3 = uGu - uu * tr / real(3);
+            for (int r = 0; r < 3; r++) gu[r] += w2 * gv[r] + w3 * (Gu[r] - real(2) / real(3) * u[r] * tr);
+            gp[f] = gw1 * Cf, gp[F + f] = gw2 * Cf, gp[2 * F + f] = gw3 * Cf;
+            gcut += (gw1 * pk[f] + gw2 * pk[F + f] + gw3 * pk[2 * F + f]) * zij;
+        }
+        const real gcs = block_sum(gcut, red); /* also the barrier after gp */
+        const real gu0 = block_sum(gu[0], red), gu1 = block_sum(gu[1], red), gu2 = block_sum(gu[2], red);
+        for (int r = threadIdx.x; r < R; r += TN_THREADS) {
+            real s2 = 0;
+            for (int p = 0; p < 3; p++) {
+                const Lin<real>& L = N.dp[p];
+                for (int o = 0; o < F; o++) s2 += L.w[(size_t)o * R + r] * gp[p * F + o];
+            }
+            grb[r] = s2 * drb[r];
+        }
+        real part3 = 0;
+        for (int r = threadIdx.x; r < R; r += TN_THREADS) part3 += grb[r];
+        const real gd = gcs * dc + block_sum(part3, red);
+        if (threadIdx.x == 0) {
+            b.gd[e0 + s] += gd;
+            b.gu[(e0 + s) * 3 + 0] += gu0, b.gu[(e0 + s) * 3 + 1] += gu1, b.gu[(e0 + s) * 3 + 2] += gu2;
+        }
+    }
 }
 
 /* ------------------------------------------------------------------ host side */
@@ -3328,7 +3358,8 @@ template <typename real> static void tn_configure() {
     }
     allow_dynamic_smem(k_tn_b2<real, false>);
     allow_dynamic_smem(k_tn_b2<real, true>);
-    allow_dynamic_smem(k_tn_eb2<real>);
+    allow_dynamic_smem(k_tn_eb2<real, false>);
+    if constexpr (sizeof(real) == sizeof(float)) allow_dynamic_smem(k_tn_eb2<real, true>);
     allow_dynamic_smem(k_tn_head<real>);
 }
 
@@ -3827,9 +3858,17 @@ static nnp_status tn_launch(nnp_plan* plan, tn_cuda_state* s, const nnp_cuda_io*
                then its first layer backward (a1 to ln) */
             chan_rows(N.elt, true, b.S3, b.S2, N.els[1], true, TN_EPI_DSILU, b.gn, b.a1, NULL, b.h1); /* a1: dE/dh1 */
             rows(N.els[0], true, TN_EPI_NONE, b.a1, b.ln, NULL, NULL);                                /* ln: dE/dln */
-            launch_k(pdl, k_tn_eb2<real>, dim3(n, N.emb_table ? eg : 1), dim3(TN_THREADS), s->smem, stream, N, b);
             TnForcesOut fo = {NULL, io->forces_format == NNP_FORCES_FIXED_POINT, s->force_index, io->forces_stride};
             const int last = k == s->last - s->first - 1;
+            const dim3 eb2_grid(n, N.emb_table ? eg : 1);
+            if constexpr (sizeof(real) == sizeof(float)) {
+                if (fo.fixed && s->tables != NULL) { /* each member's edge forces straight into the caller's sums */
+                    fo.out = io->forces;
+                    launch_k(pdl, k_tn_eb2<real, true>, eb2_grid, dim3(TN_THREADS), s->smem, stream, N, b, fo, scale * force_factor, fin, last);
+                    continue;
+                }
+            }
+            launch_k(pdl, k_tn_eb2<real, false>, eb2_grid, dim3(TN_THREADS), s->smem, stream, N, b, fo, 0.0, fin, 0);
             if (last) fo.out = io->forces; /* the last member: the sums to the caller, and the end */
             launch_k(pdl, k_tn_gather<real>, dim3((unsigned)(((size_t)n * 32 + 127) / 128)), dim3(128), 0, stream, b, scale * force_factor,
                      s->force, fo, fin, last);
