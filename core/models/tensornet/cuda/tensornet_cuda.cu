@@ -83,7 +83,7 @@
 #define TN_CLUSTER_SUM 1           /* ... each atom's blocks one thread-block cluster: their sums added through shared memory (sm_90) */
 #define TN_CHAN_STEP_ATOMS 64      /* float32: up to this many atoms a channel linear and the per-channel step after it are one launch (k_tn_chan_step; 16 outputs per block up to 256 atoms measured slower) */
 #define TN_ROWS_SPLIT_ATOMS 256    /* float32 with clusters: up to this many atoms the row GEMMs split over k (k_tn_rows_split) */
-#define TN_ROWS_SPLIT_MAX 8        /* ... into at most this many parts (a cluster each tile) */
+#define TN_ROWS_SPLIT_MAX 4        /* ... into at most this many parts (a cluster each tile; 8 measured slower at ten molecules) */
 #define TN_ROWS_SPLIT_K 128        /* ... where k is longer than this */
 #define TN_LAYER_FUSE_ATOMS 64     /* float32 with clusters: up to this many atoms each layer's messages, second linear, update and the next layer's first linear are one launch (k_tn_layer_f), and so on (k_tn_x0_f, k_tn_back_f, k_tn_back_g) */
 #define TN_LF_WARPS 8              /* ... its warps per block (each over F / TN_LF_WARPS of a linear's k) */
