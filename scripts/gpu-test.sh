@@ -4,7 +4,7 @@
 # libraries, CUDA platform and headers from the PyPI wheels), molecules.tar.xz, the models as
 # byte-shuffled, xz-compressed .nnpm files, and bzlib.h. Writes logs to .device/out and, when $OUT
 # is set (the GPU machine's device tool), packs them into $OUT/gpu-test.tar.gz.
-#   scripts/gpu-test.sh [build|test|sanitize|sanitize-tensornet|sanitize-tensornet-small|sanitize-grid|multidevice|tensornet|cluster-probe|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|timeline|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab|ab-check]...
+#   scripts/gpu-test.sh [build|build-tn|test|sanitize|sanitize-tensornet|sanitize-tensornet-small|sanitize-grid|multidevice|tensornet|cluster-probe|sanitize-large|sanitize-integrators|integrators|show|bench|bench-tensornet|peer-tensornet|drift-tensornet|timeline|bench-integrators|cublas|profile|kernels|stalls|source|utilization|ab-start|ab|ab-check]...
 #   (default: build test sanitize)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -80,14 +80,16 @@ ab_start() {
 }
 for step in "${steps[@]}"; do
   case "$step" in
-  build)
+  build|build-tn)
+    # build-tn: only test_tensornet_cuda (libnnp and its test), for a quick check in a short call
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
     rm -f "$root/build-gpu/CMakeCache.txt"
     cmake -S "$root" -B "$root/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNNP_BUILD_PYTHON=OFF \
       -DNNP_SHARED_DIR="$d/shared" -DNNP_TENSORNET_MODELS_DIR="$d/tensornet" -DNNP_MODELS="ani1x;ani2x" -DBZIP2_INCLUDE_DIR="$d/include" \
       -DBZIP2_LIBRARY_RELEASE="$(ls /usr/lib/x86_64-linux-gnu/libbz2.so* /lib/x86_64-linux-gnu/libbz2.so* "$d"/lib/libbz2.so 2>/dev/null | head -n 1)" > "$out/configure.log" 2>&1 \
       || { tail -n 40 "$out/configure.log"; exit 1; }
-    cmake --build "$root/build-gpu" -j "$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -n 40; exit 1; }
+    cmake --build "$root/build-gpu" -j "$(nproc)" $([ "$step" = build-tn ] && echo --target test_tensornet_cuda) > "$out/build.log" 2>&1 \
+      || { grep -E "error" "$out/build.log" | head -n 40; exit 1; }
     echo "build: ok" ;;
   show)
     "$root/build-gpu/platforms/cuda/TestCudaNNPGraph" 2>&1 | tail -n 20
