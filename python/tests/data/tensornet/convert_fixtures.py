@@ -1,7 +1,8 @@
 """Converts the TensorNet test checkpoints beside this file into .nnpm files in the folder given
 (for the C tests of the CPU and CUDA evaluations), and writes two models of seeded random weights
 at sizes the checkpoints do not reach: AceFF's (F = 128, 32 radial functions: the channel linears'
-k in several chunks, the row GEMMs' k above 128) and F = 72 (no tile or chunk size divides it).
+k in several chunks, the row GEMMs' k above 128) and F = 72 (no tile or chunk size divides it),
+and an ensemble of two checkpoints unlike in every size (F, layers, radial functions, cutoffs, max_z).
     python convert_fixtures.py OUT_DIR"""
 import importlib.util
 import os
@@ -15,6 +16,8 @@ NAMES = ["o3-atomref", "o3-deep", "o3-embedding-only", "so3-lower", "o3-ssp", "s
 # bench/make_tensornet_model.py's checkpoint() arguments
 RANDOM = {"random-f128": dict(F=128, layers=2, R=32, cutoff=5.0, seed=7),
           "random-f72": dict(F=72, layers=2, R=20, cutoff=4.5, seed=11)}
+# ensembles: name -> members (checkpoints above), evaluated as their mean
+ENSEMBLES = {"ens-mixed": ["o3-atomref", "o3-deep"]}
 
 
 def random_checkpoint(**kw):
@@ -36,3 +39,6 @@ if __name__ == "__main__":
         torchmdnet.convert([os.path.join(here, name + ".ckpt")], os.path.join(sys.argv[1], name + ".nnpm"), out=sys.stdout)
     for name, kw in RANDOM.items():
         torchmdnet.convert([random_checkpoint(**kw)], os.path.join(sys.argv[1], name + ".nnpm"), out=sys.stdout)
+    for name, members in ENSEMBLES.items():
+        torchmdnet.convert([os.path.join(here, m + ".ckpt") for m in members], os.path.join(sys.argv[1], name + ".nnpm"),
+                           name=name, out=sys.stdout)
